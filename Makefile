@@ -1,0 +1,31 @@
+# envlock: newcomer commands. Each target sets itself up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup test lint bench demo clean
+
+$(BIN)/envlock: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/envlock
+
+test: setup
+	$(BIN)/python -m pytest -q -n 2 tests
+
+lint: setup
+	$(BIN)/ruff check builder tests bench
+	$(BIN)/ruff format --check builder tests bench
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+demo: setup
+	$(BIN)/python demo/run.py
+
+clean:
+	rm -rf $(VENV) demo/work bench/work

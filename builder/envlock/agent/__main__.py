@@ -1,0 +1,76 @@
+"""Agent entry point: ``python envlock-agent.pyz snapshot --venv PATH``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="envlock-agent")
+    sub = parser.add_subparsers(dest="command")
+    snap = sub.add_parser("snapshot", help="report the venv as JSON on stdout")
+    snap.add_argument("--venv", required=True)
+    snap.add_argument("--jobs", type=int, default=0)
+    snap.add_argument("--no-cache", action="store_true")
+    repack = sub.add_parser("repack", help="stream repacked wheels: a JSON header line, then the bytes")
+    repack.add_argument("--venv", required=True)
+    repack.add_argument("dist_infos", nargs="+")
+    sub.add_parser("ping", help="report the interpreter")
+    args = parser.parse_args(argv)
+
+    from envlock.agent.dists import DistError
+    from envlock.agent.hashing import UnreadableFile
+    from envlock.agent.snapshot import SnapshotError, take_snapshot
+
+    try:
+        if args.command == "snapshot":
+            jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
+            result = take_snapshot(args.venv, jobs=jobs, use_cache=not args.no_cache)
+        elif args.command == "repack":
+            return _repack(args.venv, args.dist_infos)
+        elif args.command == "ping":
+            from envlock.agent.hostfacts import interpreter_facts
+
+            result = {"interpreter": interpreter_facts()}
+        else:
+            parser.print_usage(sys.stderr)
+            return 2
+    except (SnapshotError, UnreadableFile, DistError, OSError) as exc:
+        sys.stderr.write("envlock-agent: error: %s\n" % exc)
+        return 2
+    json.dump(result, sys.stdout, separators=(",", ":"))
+    sys.stdout.write("\n")
+    return 0
+
+
+def _repack(venv: str, dist_infos: List[str]) -> int:
+    import hashlib
+    import io
+
+    from envlock.agent.repack import write_wheel
+    from envlock.agent.snapshot import find_site_packages
+
+    site = find_site_packages(venv, sys.version_info[:2])
+    out = sys.stdout.buffer
+    for dist_info in dist_infos:
+        buffer = io.BytesIO()
+        filename = write_wheel(venv, site, dist_info, buffer)
+        data = buffer.getvalue()
+        header = {
+            "dist_info": dist_info,
+            "filename": filename,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        out.write(json.dumps(header).encode() + b"\n")
+        out.write(data)
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Hash every file of a venv in parallel, skipping files a stat cache vouches for.
+
+hashlib releases the GIL while it digests buffers, so threads give real
+parallel hashing for large files; small files cost a Python-level open/read
+each, which is why the stat cache matters for warm runs. The cache key is
+(size, mtime_ns, inode, ctime_ns): any write, replace or chmod changes one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from envlock.binary.elf import ElfError, is_elf, read_elf_facts
+
+CHUNK = 1 << 20
+CACHE_VERSION = 2
+# (size, mtime_ns, ino, ctime_ns, sha256, elf facts or None)
+CacheEntry = List[Any]
+
+
+class UnreadableFile(Exception):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__("%s: cannot read: %s" % (path, reason))
+        self.path = path
+
+
+def is_library_name(name: str) -> bool:
+    return name.endswith(".so") or ".so." in name
+
+
+def _stat_key(st: os.stat_result) -> List[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
+def _hash_file(path: str, want_elf: bool) -> Tuple[str, Optional[Dict[str, Any]]]:
+    digest = hashlib.sha256()
+    facts: Optional[Dict[str, Any]] = None
+    try:
+        with open(path, "rb", buffering=0) as stream:
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            first = True
+            while True:
+                n = stream.readinto(buf)
+                if not n:
+                    break
+                if first and want_elf and is_elf(bytes(view[:4])):
+                    facts = _elf_facts(stream)
+                    stream.seek(n)
+                first = False
+                digest.update(view[:n])
+    except OSError as exc:
+        raise UnreadableFile(path, exc.strerror or str(exc)) from exc
+    return digest.hexdigest(), facts
+
+
+def _elf_facts(stream: Any) -> Dict[str, Any]:
+    try:
+        return read_elf_facts(stream)
+    except ElfError as exc:
+        return {"error": str(exc)}
+
+
+class StatCache:
+    """Per-venv JSON file on the host, in the user's cache directory."""
+
+    def __init__(self, path: Optional[str]) -> None:
+        self.path = path
+        self.entries: Dict[str, CacheEntry] = {}
+        if path and os.path.exists(path):
+            try:
+                with open(path, encoding="utf-8") as stream:
+                    data = json.load(stream)
+                if data.get("version") == CACHE_VERSION:
+                    self.entries = data["entries"]
+            except (OSError, ValueError, KeyError):
+                self.entries = {}  # a damaged cache only costs a cold run
+
+    def lookup(self, rel: str, st: os.stat_result) -> Optional[CacheEntry]:
+        entry = self.entries.get(rel)
+        if entry is not None and entry[:4] == _stat_key(st):
+            return entry
+        return None
+
+    def save(self, entries: Dict[str, CacheEntry]) -> None:
+        if not self.path:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as stream:
+            json.dump({"version": CACHE_VERSION, "entries": entries}, stream)
+        os.replace(tmp, self.path)
+
+
+class Progress:
+    """Throttled ``@progress`` lines on stderr for the controller's bar."""
+
+    def __init__(self, total_bytes: int, total_files: int) -> None:
+        self.total_bytes = total_bytes
+        self.total_files = total_files
+        self.done_bytes = 0
+        self.done_files = 0
+        self.lock = threading.Lock()
+        self.last = 0.0
+
+    def advance(self, nbytes: int) -> None:
+        with self.lock:
+            self.done_bytes += nbytes
+            self.done_files += 1
+            now = time.monotonic()
+            if now - self.last < 0.1 and self.done_files != self.total_files:
+                return
+            self.last = now
+            line = {
+                "phase": "hash",
+                "done": self.done_bytes,
+                "total": self.total_bytes,
+                "files": self.done_files,
+                "total_files": self.total_files,
+            }
+        sys.stderr.write("@progress " + json.dumps(line) + "\n")
+        sys.stderr.flush()
+
+
+def hash_files(
+    root: str,
+    files: List[Tuple[str, os.stat_result]],
+    cache: StatCache,
+    jobs: int,
+    on_hashed: Optional[Callable[[int], None]] = None,
+) -> Tuple[Dict[str, CacheEntry], Dict[str, int]]:
+    """Return ``{rel: [size, mtime, ino, ctime, sha256, elf]}`` for regular files."""
+    result: Dict[str, CacheEntry] = {}
+    todo: List[Tuple[str, os.stat_result]] = []
+    for rel, st in files:
+        entry = cache.lookup(rel, st)
+        if entry is not None:
+            result[rel] = entry
+        else:
+            todo.append((rel, st))
+    progress = Progress(sum(st.st_size for _, st in todo), len(todo))
+
+    def work(item: Tuple[str, os.stat_result]) -> Tuple[str, CacheEntry]:
+        rel, st = item
+        sha, facts = _hash_file(os.path.join(root, rel), is_library_name(rel))
+        progress.advance(st.st_size)
+        return rel, _stat_key(st) + [sha, facts]
+
+    # Largest first, so one huge library does not start last and run alone.
+    todo.sort(key=lambda item: -item[1].st_size)
+    if todo:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for rel, entry in pool.map(work, todo):
+                result[rel] = entry
+    stats = {"hashed": len(todo), "cached": len(files) - len(todo), "bytes_hashed": progress.done_bytes}
+    return result, stats

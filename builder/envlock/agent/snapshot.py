@@ -1,0 +1,150 @@
+"""Take a snapshot of a venv: interpreter, platform, distributions and every file.
+
+Paths in the snapshot are relative to the venv root, POSIX style. Files in
+``__pycache__`` directories are derived (compiled bytecode) and skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import os
+import stat
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from envlock.agent import AGENT_PROTOCOL
+from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read_dist
+from envlock.agent.hashing import StatCache, hash_files
+from envlock.agent.repack import unshebang
+from envlock.agent.hostfacts import (
+    gpu_facts,
+    interpreter_facts,
+    pip_index_config,
+    platform_facts,
+    read_pyvenv_cfg,
+)
+
+SKIP_DIRS = {"__pycache__"}
+
+
+class SnapshotError(Exception):
+    """The venv cannot be captured; the message names the path."""
+
+
+def find_site_packages(venv: str, version: Tuple[int, int]) -> str:
+    """The venv's site-packages, relative to the venv root."""
+    for lib in ("lib", "lib64"):
+        candidate = os.path.join(lib, "python%d.%d" % version, "site-packages")
+        if os.path.isdir(os.path.join(venv, candidate)) and not os.path.islink(os.path.join(venv, lib)):
+            return candidate
+    found = glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))
+    if found:
+        return os.path.relpath(found[0], venv)
+    raise SnapshotError("%s: no lib/python%d.%d/site-packages (not a venv?)" % ((venv,) + version))
+
+
+def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
+    """Regular files (with their stat) and symlinks (with their target)."""
+    files: List[Tuple[str, os.stat_result]] = []
+    links: Dict[str, str] = {}
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(venv, rel_dir)))
+        except OSError as exc:
+            raise SnapshotError("%s: cannot list: %s" % (os.path.join(venv, rel_dir), exc.strerror)) from exc
+        for entry in entries:
+            rel = rel_dir + "/" + entry.name if rel_dir else entry.name
+            if entry.is_symlink():
+                links[rel] = os.readlink(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIP_DIRS:
+                    stack.append(rel)
+            elif entry.is_file(follow_symlinks=False):
+                files.append((rel, entry.stat(follow_symlinks=False)))
+    return files, links
+
+
+def default_cache_path(venv: str) -> Optional[str]:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(os.path.realpath(venv).encode()).hexdigest()[:24]
+    return os.path.join(base, "envlock", "agent", "stat-%s.json" % key)
+
+
+def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any]:
+    venv = os.path.abspath(venv)
+    if not os.path.isdir(venv):
+        raise SnapshotError("%s: no such directory" % venv)
+    if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        raise SnapshotError("%s: not a venv (no pyvenv.cfg)" % venv)
+    interpreter = interpreter_facts()
+    site = find_site_packages(venv, tuple(interpreter["version_info"][:2]))  # type: ignore[arg-type]
+    site_abs = os.path.join(venv, site)
+    dists = []
+    try:
+        for name in find_dist_infos(site_abs):
+            dists.append(read_dist(site_abs, name))
+    except DistError as exc:
+        raise SnapshotError(str(exc)) from exc
+
+    files, links = walk(venv)
+    modes = {rel: st.st_mode for rel, st in files}
+    cache = StatCache(default_cache_path(venv) if use_cache else None)
+    hashed, stats = hash_files(venv, files, cache, jobs)
+    if use_cache:
+        cache.save(hashed)
+
+    file_rows = []
+    native: Dict[str, Any] = {}
+    for rel in sorted(hashed):
+        size, _mtime, _ino, _ctime, sha, facts = hashed[rel]
+        executable = bool(modes[rel] & stat.S_IXUSR)
+        file_rows.append([rel, sha, size, executable])
+        if facts is not None:
+            native[rel] = facts
+    script_names = {"bin/" + name for dist in dists for name in dist["console_scripts"]}
+    normalized, scripts = _bin_scripts(venv, [r for r in file_rows if r[0].startswith("bin/")], script_names)
+    return {
+        "protocol": AGENT_PROTOCOL,
+        "venv": venv,
+        "site": site,
+        "interpreter": interpreter,
+        "platform": platform_facts(),
+        "pyvenv_cfg": read_pyvenv_cfg(venv),
+        "pip_config": pip_index_config(venv),
+        "gpu": gpu_facts(),
+        "dists": dists,
+        "egg_infos": find_egg_infos(site_abs),
+        "files": file_rows,
+        "links": sorted([rel, target] for rel, target in links.items()),
+        "native": native,
+        "bin_normalized": normalized,
+        "entry_point_scripts": scripts,
+        "stats": stats,
+    }
+
+
+def _bin_scripts(
+    venv: str, rows: List[List[Any]], script_names: Set[str]
+) -> Tuple[Dict[str, List[Any]], Dict[str, str]]:
+    """Venv-path-free hashes of bin/ scripts, and the bytes of entry-point scripts.
+
+    A script's shebang names the venv path; hashing it as ``#!python`` lets a
+    lock compare scripts across venv paths. Entry-point scripts are written by
+    the installer, not shipped in a wheel, so their exact bytes travel here.
+    """
+    normalized: Dict[str, List[Any]] = {}
+    scripts: Dict[str, str] = {}
+    for rel, _sha, size, _x in rows:
+        if size > 1 << 20:
+            continue
+        with open(os.path.join(venv, rel), "rb") as stream:
+            data = stream.read()
+        if data.startswith(b"#!"):
+            plain = unshebang(data)
+            normalized[rel] = [hashlib.sha256(plain).hexdigest(), len(plain)]
+        if rel in script_names:
+            scripts[rel] = base64.b64encode(data).decode("ascii")
+    return normalized, scripts

@@ -1,0 +1,124 @@
+"""``envlock capture HOST``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from envlock.capture import CaptureOptions, CaptureResult, capture
+from envlock.cli.render import ProgressBar, envelope, human_size, table
+from envlock.errors import ExitCode
+from envlock.workspace import open_workspace
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "capture",
+        parents=[common],
+        help="freeze a host's live venv into locks/pylock.<host>.toml",
+        description="Hash every file of the host's venv, trace every distribution to its exact "
+        "wheel (or repack it into the store), and write locks/pylock.<host>.toml with its "
+        "file manifest. Writes nothing when the lock would not change.",
+    )
+    p.add_argument("host", help="host name: hosts/<host>.toml")
+    p.add_argument("--no-cache", action="store_true", help="rehash every file and re-trace every wheel")
+    p.add_argument(
+        "--allow-unreachable-index",
+        action="store_true",
+        help="repack packages whose index cannot be reached instead of failing",
+    )
+    p.add_argument("--jobs", type=int, default=0, help="hashing threads (default: 2 per core)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = open_workspace(args.root)
+    bar = ProgressBar("hashing")
+    steps: list[str] = []
+
+    def on_progress(event: dict[str, Any]) -> None:
+        bar.update(event["done"], event["total"], f"{event['files']}/{event['total_files']} files")
+
+    def on_step(message: str) -> None:
+        bar.close()
+        steps.append(message)
+        if args.format == "text" and bar.enabled:
+            print(f"• {message}", flush=True)
+
+    started = time.monotonic()
+    options = CaptureOptions(
+        use_cache=not args.no_cache,
+        allow_unreachable_index=args.allow_unreachable_index,
+        jobs=args.jobs,
+    )
+    try:
+        result = capture(workspace, args.host, options, on_progress=on_progress, on_step=on_step)
+    finally:
+        bar.close()
+    elapsed = time.monotonic() - started
+    if args.format == "json":
+        print(envelope("capture", True, {"result": result_json(result, workspace.root, elapsed)}))
+    else:
+        print(render_text(result, workspace.root, elapsed))
+    return int(ExitCode.OK)
+
+
+def result_json(result: CaptureResult, root: Any, elapsed: float) -> dict[str, Any]:
+    lock = result.lock
+    return {
+        "host": lock.host,
+        "lock": str(result.lock_path.relative_to(root)),
+        "manifest": str(result.manifest_path.relative_to(root)),
+        "changed": result.changed,
+        "digest": lock.digest,
+        "seconds": round(elapsed, 3),
+        "stats": result.stats,
+        "warnings": list(result.warnings),
+        "packages": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "source": p.source,
+                "wheel": p.wheel.filename,
+                "sha256": p.wheel.sha256,
+                "files": p.file_count,
+                "size": p.size,
+                "native": len(p.native),
+                "modified": list(p.modified),
+                "missing": list(p.missing),
+                "reason": p.reason,
+            }
+            for p in lock.packages
+        ],
+    }
+
+
+def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
+    lock = result.lock
+    rows = []
+    for p in lock.packages:
+        note = p.reason or ""
+        if p.missing:
+            note = f"{len(p.missing)} file(s) missing; " + note
+        rows.append(
+            [p.name, p.version, p.source, str(p.file_count), human_size(p.size), str(len(p.native) or ""), note]
+        )
+    files = sum(p.file_count for p in lock.packages)
+    size = sum(p.size for p in lock.packages)
+    stats = result.stats
+    state = "written" if result.changed else "unchanged"
+    lines = [
+        table(["package", "version", "source", "files", "size", ".so", "note"], rows, right=(3, 4, 5)),
+        "",
+        f"{len(lock.packages)} packages, {files} files, {human_size(size)}; "
+        f"python {lock.interpreter['version']} on {lock.platform['machine']} "
+        f"{lock.platform['libc']} {lock.platform['libc-version']}",
+        f"hashed {stats['hashed']} files ({human_size(stats['bytes_hashed'])}), "
+        f"{stats['cached']} from the stat cache, in {elapsed:.1f} s",
+        f"digest {lock.digest}",
+        f"{result.lock_path.relative_to(root)}: {state}",
+    ]
+    for warning in result.warnings:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)

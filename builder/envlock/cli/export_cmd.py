@@ -1,0 +1,40 @@
+"""``envlock export HOST --format requirements``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from envlock.errors import ExitCode
+from envlock.export import to_requirements
+from envlock.lock.io import atomic_write, read_lock
+from envlock.workspace import open_workspace
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a host's lock in another tool's format",
+        description="Write the pins of locks/pylock.<host>.toml as a hash-pinned requirements "
+        "file for pip --require-hashes and pip-sync (pip-tools).",
+    )
+    p.add_argument("host", help="host name whose lock to export")
+    p.add_argument("--root", metavar="DIR", help="workspace holding hosts/ and locks/ (default: .)")
+    p.add_argument("--format", choices=("requirements",), default="requirements")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = open_workspace(args.root)
+    path = workspace.lock_path(args.host)
+    lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
+    text = to_requirements(lock, path.parent)
+    if args.output:
+        from pathlib import Path
+
+        atomic_write(Path(args.output), text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
+    return int(ExitCode.OK)

@@ -1,0 +1,41 @@
+"""One package-wide error family; the CLI maps each to one line on stderr."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FINDINGS = 1
+    COULD_NOT_RUN = 2
+
+
+class EnvlockError(Exception):
+    """A problem the user can fix: printed as one line, exit 2.
+
+    The message names the file, field or host it is about, so the user knows
+    where to look without a traceback.
+    """
+
+    exit_code = ExitCode.COULD_NOT_RUN
+
+
+class ProfileError(EnvlockError):
+    """A host profile is missing or invalid."""
+
+
+class LockError(EnvlockError):
+    """A lock file is missing, unreadable or invalid."""
+
+
+class CaptureError(EnvlockError):
+    """The venv on a host could not be captured."""
+
+
+class IndexError_(EnvlockError):
+    """A package index could not be read."""
+
+
+class AgentError(EnvlockError):
+    """The agent on a host failed; carries its stderr."""

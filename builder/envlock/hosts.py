@@ -1,0 +1,193 @@
+"""Host profiles: ``hosts/<name>.toml``.
+
+A profile says where a host's venv lives, how to reach the host, and the facts
+that cannot be probed from files (GPU, driver, smoke checks). Validation
+collects every problem and names the file and the field, like
+``hosts/ct200.toml: gpu.cc[0]: expected a string like "12.0"``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlock.errors import ProfileError
+from envlock.workspace import Workspace
+
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_CC = re.compile(r"^\d+\.\d+$")
+_DRIVER = re.compile(r"^\d+(\.\d+){1,2}$")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    cc: tuple[str, ...]
+    driver: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    urls: tuple[str, ...]
+    find_links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostProfile:
+    name: str
+    path: Path
+    venv: str
+    ssh: str | None = None
+    ssh_args: tuple[str, ...] = ()
+    reference: str | None = None
+    gpu: GpuFacts | None = None
+    index: IndexConfig | None = None
+    smoke_checks: tuple[str, ...] = field(default=())
+
+    @property
+    def is_local(self) -> bool:
+        return self.ssh is None
+
+
+_TOP_KEYS = {"venv", "ssh", "ssh_args", "reference", "gpu", "index", "smoke"}
+_GPU_KEYS = {"cc", "driver"}
+_INDEX_KEYS = {"urls", "find_links"}
+_SMOKE_KEYS = {"checks"}
+
+
+class _Collector:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.problems.append(f"{where}: {message}")
+
+    def unknown_keys(self, table: Mapping[str, Any], allowed: set[str], prefix: str) -> None:
+        for key in sorted(set(table) - allowed):
+            self.add(f"{prefix}{key}", f"unknown field (known: {', '.join(sorted(allowed))})")
+
+    def string(self, table: Mapping[str, Any], key: str, prefix: str = "") -> str | None:
+        value = table.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.add(prefix + key, f"expected a non-empty string, got {value!r}")
+            return None
+        return value
+
+    def strings(self, table: Mapping[str, Any], key: str, prefix: str = "") -> tuple[str, ...]:
+        value = table.get(key, [])
+        if not isinstance(value, list):
+            self.add(prefix + key, f"expected a list of strings, got {value!r}")
+            return ()
+        good: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, str) and item:
+                good.append(item)
+            else:
+                self.add(f"{prefix}{key}[{i}]", f"expected a non-empty string, got {item!r}")
+        return tuple(good)
+
+    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.add(key, f"expected a table ([{key}]), got {value!r}")
+            return None
+        return value
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ProfileError(f"{self.source}: " + "; ".join(self.problems))
+
+
+def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfile:
+    """Validate a parsed profile table; every problem names its field."""
+    check = _Collector(str(source))
+    check.unknown_keys(data, _TOP_KEYS, "")
+    venv = check.string(data, "venv")
+    if "venv" not in data:
+        check.add("venv", "missing (the venv's absolute path on the host)")
+    elif venv is not None and not venv.startswith("/"):
+        check.add("venv", f"must be an absolute path, got {venv!r}")
+    ssh = check.string(data, "ssh")
+    if ssh is not None and (ssh.startswith("-") or any(c.isspace() for c in ssh)):
+        check.add("ssh", f"must be [user@]host or an ssh_config alias, got {ssh!r}")
+    ssh_args = check.strings(data, "ssh_args")
+    reference = check.string(data, "reference")
+    if reference is not None and not HOST_NAME.match(reference):
+        check.add("reference", f"not a host name: {reference!r}")
+
+    gpu = None
+    gpu_table = check.table(data, "gpu")
+    if gpu_table is not None:
+        check.unknown_keys(gpu_table, _GPU_KEYS, "gpu.")
+        ccs = check.strings(gpu_table, "cc", "gpu.")
+        for i, cc in enumerate(ccs):
+            if not _CC.match(cc):
+                check.add(f"gpu.cc[{i}]", f'expected a compute capability like "12.0", got {cc!r}')
+        driver = check.string(gpu_table, "driver", "gpu.")
+        if driver is not None and not _DRIVER.match(driver):
+            check.add("gpu.driver", f'expected a driver version like "575.57.08", got {driver!r}')
+        gpu = GpuFacts(cc=ccs, driver=driver)
+
+    index = None
+    index_table = check.table(data, "index")
+    if index_table is not None:
+        check.unknown_keys(index_table, _INDEX_KEYS, "index.")
+        urls = check.strings(index_table, "urls", "index.")
+        for i, url in enumerate(urls):
+            if not re.match(r"^(https?|file)://", url):
+                check.add(f"index.urls[{i}]", f"expected an http(s):// or file:// URL, got {url!r}")
+        index = IndexConfig(urls=urls, find_links=check.strings(index_table, "find_links", "index."))
+
+    checks: tuple[str, ...] = ()
+    smoke_table = check.table(data, "smoke")
+    if smoke_table is not None:
+        check.unknown_keys(smoke_table, _SMOKE_KEYS, "smoke.")
+        checks = check.strings(smoke_table, "checks", "smoke.")
+
+    check.raise_if_any()
+    assert venv is not None
+    return HostProfile(
+        name=name,
+        path=source,
+        venv=venv,
+        ssh=ssh,
+        ssh_args=ssh_args,
+        reference=reference,
+        gpu=gpu,
+        index=index,
+        smoke_checks=checks,
+    )
+
+
+def load_profile(workspace: Workspace, name: str) -> HostProfile:
+    """Read ``hosts/<name>.toml``; a missing or invalid file is a ProfileError."""
+    if not HOST_NAME.match(name):
+        raise ProfileError(f"{name!r}: not a host name (letters, digits, '.', '_', '-')")
+    path = workspace.profile_path(name)
+    shown = _shown(path, workspace.root)
+    if not path.is_file():
+        known = sorted(p.stem for p in workspace.hosts_dir.glob("*.toml"))
+        hint = f" (known hosts: {', '.join(known)})" if known else ""
+        raise ProfileError(f"{shown}: unknown host {name!r}, no such profile{hint}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"{shown}: cannot read: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{shown}: not valid TOML: {exc}") from exc
+    return parse_profile(name, data, Path(shown))
+
+
+def _shown(path: Path, root: Path) -> Path:
+    try:
+        return path.relative_to(root)
+    except ValueError:
+        return path

@@ -1,0 +1,328 @@
+"""Read and write ``pylock.<host>.toml`` canonically.
+
+Writing: a fixed key order, packages sorted by name, lists sorted where order
+carries no meaning, no timestamps; so the same venv gives a byte-identical
+file. The document is validated with ``packaging.pylock`` before it is
+written, and written atomically (temp file, fsync, rename) together with its
+manifest, manifest first, so a reader never sees a lock whose manifest is
+missing. Reading validates with ``packaging.pylock`` and then envlock's own
+``[tool.envlock]`` tables; errors name the file and the field path.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from packaging.pylock import Pylock, PylockValidationError
+
+from envlock.errors import LockError
+from envlock.lock.model import (
+    FORMAT_VERSION,
+    SOURCES,
+    Artifact,
+    Lock,
+    NativeLib,
+    Package,
+)
+
+CREATED_BY = "envlock"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _artifact_table(art: Artifact) -> dict[str, Any]:
+    table: dict[str, Any] = {"name": art.filename}
+    if art.url is not None:
+        table["url"] = art.url
+    if art.path is not None:
+        table["path"] = art.path
+    if art.size is not None:
+        table["size"] = art.size
+    table["hashes"] = {"sha256": art.sha256}
+    return table
+
+
+def _native_table(lib: NativeLib) -> dict[str, Any]:
+    table: dict[str, Any] = {"path": lib.path, "sha256": lib.sha256}
+    if lib.soname:
+        table["soname"] = lib.soname
+    for key, values in (("needed", lib.needed), ("rpath", lib.rpath), ("runpath", lib.runpath)):
+        if values:
+            table[key] = list(values)
+    if lib.version_needs:
+        table["version-needs"] = dict(sorted(lib.version_needs.items()))
+    if lib.cuda_sections:
+        table["cuda-sections"] = dict(sorted(lib.cuda_sections.items()))
+    if lib.error:
+        table["error"] = lib.error
+    return table
+
+
+def _package_tool(pkg: Package) -> dict[str, Any]:
+    tool: dict[str, Any] = {"source": pkg.source}
+    if pkg.reason:
+        tool["reason"] = pkg.reason
+    if pkg.installer:
+        tool["installer"] = pkg.installer
+    tool["requested"] = pkg.requested
+    if pkg.editable:
+        tool["editable"] = True
+    tool["tree-digest"] = pkg.tree_digest
+    tool["files"] = pkg.file_count
+    tool["size"] = pkg.size
+    tool["wheel-tags"] = list(pkg.wheel_tags)
+    tool["top-level"] = list(pkg.top_level)
+    tool["requires-dist"] = list(pkg.requires_dist)
+    if pkg.modified:
+        tool["modified"] = list(pkg.modified)
+    if pkg.missing:
+        tool["missing"] = list(pkg.missing)
+    if pkg.origin is not None:
+        tool["origin"] = _artifact_table(pkg.origin)
+    if pkg.direct_url is not None:
+        tool["direct-url"] = _sorted_mapping(pkg.direct_url)
+    if pkg.scripts:
+        tool["scripts"] = dict(sorted(pkg.scripts.items()))
+    if pkg.native:
+        tool["native"] = [_native_table(lib) for lib in sorted(pkg.native, key=lambda n: n.path)]
+    return tool
+
+
+def _sorted_mapping(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _sorted_mapping(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_mapping(v) for v in value]
+    return value
+
+
+def lock_to_dict(lock: Lock) -> dict[str, Any]:
+    """The TOML document as a dict, in canonical order."""
+    packages = []
+    for pkg in sorted(lock.packages, key=lambda p: p.name):
+        table: dict[str, Any] = {"name": pkg.name, "version": pkg.version}
+        if pkg.requires_python:
+            table["requires-python"] = pkg.requires_python
+        if pkg.index:
+            table["index"] = pkg.index
+        table["wheels"] = [_artifact_table(pkg.wheel)]
+        table["tool"] = {"envlock": _package_tool(pkg)}
+        packages.append(table)
+    major_minor = ".".join(str(lock.interpreter["version"]).split(".")[:2])
+    tool: dict[str, Any] = {
+        "format": lock.format_version,
+        "host": lock.host,
+        "role": lock.role,
+        "venv": lock.venv,
+        "site": lock.site,
+        "digest": lock.digest,
+        "digest-rules": lock.digest_rules,
+        "manifest": {"sha256": lock.manifest_sha256, "files": lock.manifest_files},
+        "indexes": list(lock.indexes),
+        "find-links": list(lock.find_links),
+        "interpreter": _sorted_mapping(lock.interpreter),
+        "platform": _sorted_mapping(lock.platform),
+        "pyvenv": dict(sorted(lock.pyvenv.items())),
+    }
+    if lock.gpu is not None:
+        tool["gpu"] = _sorted_mapping(lock.gpu)
+    if lock.unowned:
+        tool["unowned"] = list(lock.unowned)
+    machine = lock.platform.get("machine", "")
+    return {
+        "lock-version": "1.0",
+        "environments": [f"sys_platform == 'linux' and platform_machine == '{machine}'"],
+        "requires-python": f"=={major_minor}.*",
+        "created-by": CREATED_BY,
+        "packages": packages,
+        "tool": {"envlock": tool},
+    }
+
+
+def render_lock(lock: Lock) -> bytes:
+    document = lock_to_dict(lock)
+    try:
+        Pylock.from_dict(document)
+    except PylockValidationError as exc:  # a bug in envlock, never the user's input
+        raise LockError(f"lock for {lock.host} fails PEP 751 validation: {exc}") from exc
+    header = (
+        "# Written by envlock; edit the host profile, not this file.\n"
+        "# Review with `envlock review`, rebuild with `envlock apply`.\n"
+    )
+    return (header + tomli_w.dumps(document)).encode("utf-8")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_lock(lock: Lock, lock_path: Path, manifest_path: Path, manifest: bytes) -> None:
+    data = render_lock(lock)
+    atomic_write(manifest_path, manifest)
+    atomic_write(lock_path, data)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, message: str) -> LockError:
+        return LockError(f"{self.source}: {where}: {message}")
+
+    def get(self, table: Mapping[str, Any], key: str, kind: type, where: str, required: bool = True) -> Any:
+        if key not in table:
+            if required:
+                raise self.fail(f"{where}{key}", "missing")
+            return None
+        value = table[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(f"{where}{key}", f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    def strings(self, table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+        value = self.get(table, key, list, where, required=False) or []
+        if not all(isinstance(v, str) for v in value):
+            raise self.fail(f"{where}{key}", "expected a list of strings")
+        return tuple(value)
+
+
+def _artifact(r: _Reader, table: Mapping[str, Any], where: str) -> Artifact:
+    hashes = r.get(table, "hashes", dict, where)
+    sha = hashes.get("sha256")
+    if not isinstance(sha, str) or len(sha) != 64:
+        raise r.fail(f"{where}hashes.sha256", "missing or not a sha256 hex digest")
+    return Artifact(
+        filename=r.get(table, "name", str, where),
+        sha256=sha,
+        size=r.get(table, "size", int, where, required=False),
+        url=r.get(table, "url", str, where, required=False),
+        path=r.get(table, "path", str, where, required=False),
+    )
+
+
+def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
+    return NativeLib(
+        path=r.get(table, "path", str, where),
+        sha256=r.get(table, "sha256", str, where),
+        soname=r.get(table, "soname", str, where, required=False),
+        needed=r.strings(table, "needed", where),
+        rpath=r.strings(table, "rpath", where),
+        runpath=r.strings(table, "runpath", where),
+        version_needs=r.get(table, "version-needs", dict, where, required=False) or {},
+        cuda_sections=r.get(table, "cuda-sections", dict, where, required=False) or {},
+        error=r.get(table, "error", str, where, required=False),
+    )
+
+
+def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
+    where = f"packages[{i}]."
+    wheels = r.get(table, "wheels", list, where)
+    if len(wheels) != 1:
+        raise r.fail(f"{where}wheels", f"expected exactly one wheel, got {len(wheels)}")
+    tool = r.get(r.get(table, "tool", dict, where), "envlock", dict, f"{where}tool.")
+    tw = f"{where}tool.envlock."
+    source = r.get(tool, "source", str, tw)
+    if source not in SOURCES:
+        raise r.fail(f"{tw}source", f"expected one of {', '.join(SOURCES)}, got {source!r}")
+    origin = tool.get("origin")
+    return Package(
+        name=r.get(table, "name", str, where),
+        version=r.get(table, "version", str, where),
+        wheel=_artifact(r, wheels[0], f"{where}wheels[0]."),
+        source=source,
+        index=r.get(table, "index", str, where, required=False),
+        requires_python=r.get(table, "requires-python", str, where, required=False),
+        installer=r.get(tool, "installer", str, tw, required=False),
+        requested=bool(r.get(tool, "requested", bool, tw, required=False)),
+        requires_dist=r.strings(tool, "requires-dist", tw),
+        top_level=r.strings(tool, "top-level", tw),
+        wheel_tags=r.strings(tool, "wheel-tags", tw),
+        tree_digest=r.get(tool, "tree-digest", str, tw),
+        file_count=r.get(tool, "files", int, tw),
+        size=r.get(tool, "size", int, tw),
+        editable=bool(r.get(tool, "editable", bool, tw, required=False)),
+        modified=r.strings(tool, "modified", tw),
+        missing=r.strings(tool, "missing", tw),
+        reason=r.get(tool, "reason", str, tw, required=False),
+        origin=_artifact(r, origin, f"{tw}origin.") if isinstance(origin, dict) else None,
+        direct_url=r.get(tool, "direct-url", dict, tw, required=False),
+        scripts=r.get(tool, "scripts", dict, tw, required=False) or {},
+        native=tuple(
+            _native(r, lib, f"{tw}native[{j}].")
+            for j, lib in enumerate(r.get(tool, "native", list, tw, required=False) or [])
+        ),
+    )
+
+
+def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
+    """Validate a parsed TOML document as PEP 751 and as an envlock lock."""
+    r = _Reader(source)
+    try:
+        Pylock.from_dict(document)
+    except PylockValidationError as exc:
+        raise LockError(f"{source}: not a valid PEP 751 lock: {exc}") from exc
+    tool = r.get(r.get(document, "tool", dict, ""), "envlock", dict, "tool.")
+    w = "tool.envlock."
+    fmt = r.get(tool, "format", int, w)
+    if fmt != FORMAT_VERSION:
+        raise r.fail(f"{w}format", f"lock format {fmt} is not supported (this envlock reads {FORMAT_VERSION})")
+    role = r.get(tool, "role", str, w)
+    if role not in ("reference", "target"):
+        raise r.fail(f"{w}role", f"expected reference or target, got {role!r}")
+    manifest = r.get(tool, "manifest", dict, w)
+    return Lock(
+        host=r.get(tool, "host", str, w),
+        role=role,
+        venv=r.get(tool, "venv", str, w),
+        site=r.get(tool, "site", str, w),
+        digest=r.get(tool, "digest", str, w),
+        digest_rules=r.get(tool, "digest-rules", str, w),
+        interpreter=r.get(tool, "interpreter", dict, w),
+        platform=r.get(tool, "platform", dict, w),
+        pyvenv=r.get(tool, "pyvenv", dict, w),
+        indexes=r.strings(tool, "indexes", w),
+        find_links=r.strings(tool, "find-links", w),
+        manifest_sha256=r.get(manifest, "sha256", str, f"{w}manifest."),
+        manifest_files=r.get(manifest, "files", int, f"{w}manifest."),
+        gpu=r.get(tool, "gpu", dict, w, required=False),
+        unowned=r.strings(tool, "unowned", w),
+        packages=tuple(_package(r, pkg, i) for i, pkg in enumerate(document["packages"])),
+        format_version=fmt,
+    )
+
+
+def read_lock(path: Path, shown: str | None = None) -> Lock:
+    source = shown or str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise LockError(f"{source}: no such lock (run `envlock capture` or `envlock lock` first)") from exc
+    except OSError as exc:
+        raise LockError(f"{source}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{source}: not UTF-8 text") from exc
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{source}: not valid TOML: {exc}") from exc
+    return parse_lock(document, source)

@@ -1,0 +1,110 @@
+"""Frozen data classes for a lock; plain data, no I/O.
+
+A ``Lock`` is what ``locks/pylock.<host>.toml`` says: the interpreter and
+platform it was captured on, one ``Package`` per distribution with the exact
+wheel (``Artifact``) that reinstalls its bytes, and the venv's payload
+digest. Per-file hashes live in a sidecar manifest (``FileEntry`` rows), so
+the lock stays small enough to read and review.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FORMAT_VERSION = 1
+DIGEST_RULES = "envlock-payload-1"
+
+Source = Literal["index", "direct", "repacked"]
+SOURCES: tuple[Source, ...] = ("index", "direct", "repacked")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Artifact:
+    """One wheel file: where to fetch it and the sha256 it must have."""
+
+    filename: str
+    sha256: str
+    size: int | None = None
+    url: str | None = None
+    path: str | None = None  # relative to the lock's directory (store wheels)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NativeLib:
+    """ELF facts of one shared library in a package."""
+
+    path: str
+    sha256: str
+    soname: str | None = None
+    needed: tuple[str, ...] = ()
+    rpath: tuple[str, ...] = ()
+    runpath: tuple[str, ...] = ()
+    version_needs: Mapping[str, str] = field(default_factory=dict)
+    cuda_sections: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Package:
+    name: str  # normalized
+    version: str
+    wheel: Artifact
+    source: Source
+    index: str | None = None
+    requires_python: str | None = None
+    installer: str | None = None
+    requested: bool = False
+    requires_dist: tuple[str, ...] = ()
+    top_level: tuple[str, ...] = ()
+    wheel_tags: tuple[str, ...] = ()
+    tree_digest: str = ""
+    file_count: int = 0
+    size: int = 0
+    editable: bool = False
+    modified: tuple[str, ...] = ()  # files whose bytes differ from RECORD
+    missing: tuple[str, ...] = ()  # RECORD rows with no file
+    reason: str | None = None  # why the bytes come from where they do
+    origin: Artifact | None = None  # the index wheel a repacked package was patched from
+    direct_url: Mapping[str, Any] | None = None
+    scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
+    native: tuple[NativeLib, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileEntry:
+    """One manifest row. ``owner`` is a package name, ``:venv`` or ``:unowned``."""
+
+    owner: str
+    path: str
+    sha256: str  # for a symlink: its target
+    size: int
+    kind: Literal["f", "x", "l"]  # file, executable file, symlink
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lock:
+    host: str
+    role: Literal["reference", "target"]
+    venv: str
+    site: str
+    digest: str
+    interpreter: Mapping[str, Any]
+    platform: Mapping[str, Any]
+    pyvenv: Mapping[str, str]
+    indexes: tuple[str, ...]
+    find_links: tuple[str, ...]
+    packages: tuple[Package, ...]
+    manifest_sha256: str
+    manifest_files: int
+    gpu: Mapping[str, Any] | None = None
+    unowned: tuple[str, ...] = ()
+    format_version: int = FORMAT_VERSION
+    digest_rules: str = DIGEST_RULES
+
+    def package(self, name: str) -> Package | None:
+        for pkg in self.packages:
+            if pkg.name == name:
+                return pkg
+        return None

@@ -1,0 +1,54 @@
+"""Content-addressed artifact store, keyed by sha256.
+
+Layout: ``wheels/<sha256>/<file name>`` (the file name is kept because
+installers read tags from it) and ``blobs/<sha256>`` for loose files such as
+entry-point scripts. Writes go to a temp name and are renamed only after
+the bytes hashed right, so a partial file never takes a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from envlock.errors import EnvlockError
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+
+    def wheel_path(self, sha256: str, filename: str) -> Path:
+        return self.root / "wheels" / sha256 / filename
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.root / "blobs" / sha256[:2] / sha256
+
+    def has_wheel(self, sha256: str, filename: str) -> bool:
+        return self.wheel_path(sha256, filename).is_file()
+
+    def put_wheel(self, data: bytes, filename: str, expected_sha256: str | None = None) -> tuple[Path, str]:
+        sha = hashlib.sha256(data).hexdigest()
+        if expected_sha256 is not None and sha != expected_sha256:
+            raise EnvlockError(f"{filename}: sha256 {sha} does not match expected {expected_sha256}")
+        path = self.wheel_path(sha, filename)
+        self._write(path, data)
+        return path, sha
+
+    def put_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        self._write(self.blob_path(sha), data)
+        return sha
+
+    def _write(self, path: Path, data: bytes) -> None:
+        if path.is_file():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+        with open(tmp, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
