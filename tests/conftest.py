@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,10 @@ from helpers import (  # noqa: E402
     make_wheel,
     uv_install,
 )
+
+# uv hard-links files from its cache by default: a test that corrupts an
+# installed file would corrupt the cache too. Copy, and keep a private cache.
+os.environ["UV_LINK_MODE"] = "copy"
 
 REAL_WHEELS = ("six-1.17.0-py2.py3-none-any.whl", "idna-3.20-py3-none-any.whl")
 MIRROR = Path("/opt/pypi/files")
