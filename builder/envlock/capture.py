@@ -10,6 +10,7 @@ only when their bytes change.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import posixpath
@@ -92,8 +93,78 @@ def capture(
         args += ["--jobs", str(options.jobs)]
     if not options.use_cache:
         args.append("--no-cache")
-    snapshot = json.loads(run_agent(transport, profile.venv, args, on_progress=on_progress))
-    return build_lock(workspace, profile, snapshot, options, step, transport)
+    stats: dict[str, int] = {}
+
+    def relay(event: dict[str, Any]) -> None:
+        if event.get("phase") == "stats":
+            stats.update({k: v for k, v in event.items() if k != "phase"})
+        elif on_progress is not None:
+            on_progress(event)
+
+    raw = run_agent(transport, profile.venv, args, on_progress=relay)
+    memo = _UnchangedMemo(workspace, profile, raw)
+    if options.use_cache:
+        unchanged = memo.lookup()
+        if unchanged is not None:
+            return CaptureResult(unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats)
+    result = build_lock(workspace, profile, json.loads(raw), options, step, transport, stats)
+    memo.remember()
+    return result
+
+
+class _UnchangedMemo:
+    """Recognises a venv that has not changed since the last capture wrote the lock.
+
+    The agent's stdout depends on the venv's content alone (statistics go to
+    stderr), so the same stdout, profile, store and envlock version with the
+    lock and manifest still as written means the lock would come out the same.
+    """
+
+    def __init__(self, workspace: Workspace, profile: HostProfile, raw: bytes) -> None:
+        from envlock import __version__
+
+        self.workspace, self.profile = workspace, profile
+        parts = [__version__, str(workspace.root), str(workspace.store_dir), profile.name]
+        key = hashlib.sha256("|".join(parts).encode())
+        key.update(profile.path.as_posix().encode())
+        key.update(_read_or_empty(workspace.root / profile.path))
+        key.update(raw)
+        self.key = key.hexdigest()
+        self.path = cache_dir() / "captures" / f"{hashlib.sha256(str(workspace.root).encode()).hexdigest()[:16]}-{profile.name}.json"
+
+    def _files_digest(self) -> str:
+        digest = hashlib.sha256()
+        for path in (self.workspace.lock_path(self.profile.name), self.workspace.manifest_path(self.profile.name)):
+            digest.update(_read_or_empty(path))
+        return digest.hexdigest()
+
+    def lookup(self) -> Lock | None:
+        try:
+            memo = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if memo.get("key") != self.key or memo.get("files") != self._files_digest():
+            return None
+        from envlock.lock.io import read_lock
+
+        lock = read_lock(self.workspace.lock_path(self.profile.name))
+        locks_dir = self.workspace.locks_dir
+        if any(p.wheel.path and not (locks_dir / p.wheel.path).is_file() for p in lock.packages):
+            return None  # a store wheel went missing: rebuild (and repack) properly
+        return lock
+
+    def remember(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": self.key, "files": self._files_digest()}), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _lock_path_of(site: str, venv_rel: str) -> str:
@@ -115,7 +186,10 @@ def _collect_files(snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[
     name = canonicalize_name(dist["name"])
     out = _DistFiles()
     for path, digest, _size in dist["record"]:
-        rel = posixpath.normpath(posixpath.join(site, path))
+        if "/." in path or path.startswith((".", "/")):
+            rel = posixpath.normpath(posixpath.join(site, path))
+        else:
+            rel = f"{site}/{path}"  # already normal: skip the costly normpath
         if rel.startswith("../"):
             warnings.append(f"{name}: RECORD row {path!r} points outside the venv; not captured")
             continue
@@ -234,6 +308,7 @@ def build_lock(
     options: CaptureOptions,
     step: Callable[[str], None],
     transport: Any,
+    stats: dict[str, int],
 ) -> CaptureResult:
     host = profile.name
     warnings: list[str] = []
@@ -264,8 +339,8 @@ def build_lock(
         per_dist.append((dist, files, origin))
     cache.save()
 
-    repack = [d["dist_info"] for d, _f, o in per_dist if o.source == "repacked"]
-    repacked = _repack(workspace, transport, profile.venv, repack, store, step) if repack else {}
+    wanted = [(d, f) for d, f, o in per_dist if o.source == "repacked"]
+    repacked = _repack(workspace, transport, profile.venv, wanted, store, step, options.use_cache)
 
     packages: list[Package] = []
     manifest_rows: list[FileEntry] = []
@@ -354,7 +429,7 @@ def build_lock(
     )
     if changed:
         write_lock(lock, lock_path, manifest_path, manifest)
-    return CaptureResult(lock, lock_path, manifest_path, changed, snapshot["stats"], tuple(warnings))
+    return CaptureResult(lock, lock_path, manifest_path, changed, stats, tuple(warnings))
 
 
 def _is_scaffold(rel: str) -> bool:
@@ -404,24 +479,62 @@ def _gpu(snapshot: dict[str, Any], profile: HostProfile) -> dict[str, Any] | Non
     return None
 
 
+def _repack_key(dist: dict[str, Any], files: _DistFiles) -> str:
+    """Same dist-info, same RECORD, same live bytes: the same repacked wheel."""
+    text = "|".join([dist["dist_info"], dist["record_sha256"], tree_digest(files.entries)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _repack(
-    workspace: Workspace, transport: Any, venv: str, dist_infos: list[str], store: Store, step: Callable[[str], None]
+    workspace: Workspace,
+    transport: Any,
+    venv: str,
+    wanted: list[tuple[dict[str, Any], _DistFiles]],
+    store: Store,
+    step: Callable[[str], None],
+    use_cache: bool,
 ) -> dict[str, Artifact]:
-    step(f"repack {len(dist_infos)} distribution(s) into the store")
-    raw = run_agent(transport, venv, ["repack", "--venv", venv, *dist_infos])
+    """Repacked wheels by dist-info name; reuses store wheels whose content key matches."""
+    cache_path = cache_dir() / "repack.json"
+    known: dict[str, Any] = {}
+    if use_cache and cache_path.is_file():
+        try:
+            known = json.loads(cache_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            known = {}
     result: dict[str, Artifact] = {}
-    pos = 0
-    while pos < len(raw):
-        end = raw.index(b"\n", pos)
-        header = json.loads(raw[pos:end])
-        data = raw[end + 1 : end + 1 + header["size"]]
-        pos = end + 1 + header["size"]
-        path, sha = store.put_wheel(data, header["filename"], expected_sha256=header["sha256"])
-        relative = Path(os.path.relpath(path, workspace.locks_dir))
-        result[header["dist_info"]] = Artifact(
-            filename=header["filename"], sha256=sha, size=len(data), path=relative.as_posix()
-        )
-    missing = set(dist_infos) - set(result)
-    if missing:
-        raise CaptureError(f"host {transport.host}: agent did not repack {', '.join(sorted(missing))}")
+    todo: list[str] = []
+    keys: dict[str, str] = {}
+    for dist, files in wanted:
+        key = keys[dist["dist_info"]] = _repack_key(dist, files)
+        hit = known.get(key)
+        if hit and store.has_wheel(hit["sha256"], hit["filename"]):
+            result[dist["dist_info"]] = _store_artifact(workspace, store, hit["filename"], hit["sha256"], hit["size"])
+        else:
+            todo.append(dist["dist_info"])
+    if todo:
+        step(f"repack {len(todo)} distribution(s) into the store")
+        raw = run_agent(transport, venv, ["repack", "--venv", venv, *todo])
+        pos = 0
+        while pos < len(raw):
+            end = raw.index(b"\n", pos)
+            header = json.loads(raw[pos:end])
+            data = raw[end + 1 : end + 1 + header["size"]]
+            pos = end + 1 + header["size"]
+            _path, sha = store.put_wheel(data, header["filename"], expected_sha256=header["sha256"])
+            result[header["dist_info"]] = _store_artifact(workspace, store, header["filename"], sha, len(data))
+            known[keys[header["dist_info"]]] = {"filename": header["filename"], "sha256": sha, "size": len(data)}
+        missing = set(todo) - set(result)
+        if missing:
+            raise CaptureError(f"host {transport.host}: agent did not repack {', '.join(sorted(missing))}")
+        if use_cache:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, cache_path)
     return result
+
+
+def _store_artifact(workspace: Workspace, store: Store, filename: str, sha: str, size: int) -> Artifact:
+    relative = os.path.relpath(store.wheel_path(sha, filename), workspace.locks_dir)
+    return Artifact(filename=filename, sha256=sha, size=size, path=Path(relative).as_posix())

@@ -60,6 +60,9 @@ def _pump_stderr(stream: IO[bytes], on_progress: ProgressCallback | None, sink: 
         if line.startswith("@progress "):
             if on_progress is not None:
                 on_progress(json.loads(line[len("@progress ") :]))
+        elif line.startswith("@stats "):
+            if on_progress is not None:
+                on_progress({"phase": "stats", **json.loads(line[len("@stats ") :])})
         elif line:
             sink.append(line)
 

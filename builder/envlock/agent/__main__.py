@@ -42,7 +42,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (SnapshotError, UnreadableFile, DistError, OSError) as exc:
         sys.stderr.write("envlock-agent: error: %s\n" % exc)
         return 2
-    json.dump(result, sys.stdout, separators=(",", ":"))
+    # Run statistics go to stderr, so stdout depends on the venv's content
+    # alone and the controller can recognise an unchanged venv by its hash.
+    stats = result.pop("_stats", None)
+    if stats is not None:
+        sys.stderr.write("@stats " + json.dumps(stats) + "\n")
+    sys.stdout.write(json.dumps(result, separators=(",", ":")))
     sys.stdout.write("\n")
     return 0
 

@@ -94,8 +94,9 @@ class StatCache:
             return
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        # json.dumps runs the C encoder; json.dump to a stream does not.
         with open(tmp, "w", encoding="utf-8") as stream:
-            json.dump({"version": CACHE_VERSION, "entries": entries}, stream)
+            stream.write(json.dumps({"version": CACHE_VERSION, "entries": entries}))
         os.replace(tmp, self.path)
 
 

@@ -93,7 +93,7 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
     modes = {rel: st.st_mode for rel, st in files}
     cache = StatCache(default_cache_path(venv) if use_cache else None)
     hashed, stats = hash_files(venv, files, cache, jobs)
-    if use_cache:
+    if use_cache and (stats["hashed"] or len(cache.entries) != len(hashed)):
         cache.save(hashed)
 
     file_rows = []
@@ -122,7 +122,7 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
         "native": native,
         "bin_normalized": normalized,
         "entry_point_scripts": scripts,
-        "stats": stats,
+        "_stats": stats,
     }
 
 
