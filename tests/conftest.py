@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import (  # noqa: E402
+from helpers import (
     build_simple_index,
     compile_shared_library,
     make_local_project,
@@ -45,7 +45,8 @@ def _real_wheels(cache: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     pins = ["six==1.17.0", "idna==3.20"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), *pins], check=True
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), *pins],
+        check=True,
     )
     return sorted(cache.glob("*.whl"))
 

@@ -6,7 +6,6 @@ import base64
 import csv
 import hashlib
 import io
-import os
 import shutil
 import subprocess
 import sys
@@ -74,10 +73,10 @@ def build_simple_index(root: Path, wheels: list[Path]) -> str:
     for project, paths in projects.items():
         page = root / "simple" / project
         page.mkdir(parents=True, exist_ok=True)
-        links = "".join(
-            f'<a href="../../files/{p.name}#sha256={hashlib.sha256(p.read_bytes()).hexdigest()}">{p.name}</a>\n'
-            for p in sorted(paths)
-        )
+        links = ""
+        for p in sorted(paths):
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            links += f'<a href="../../files/{p.name}#sha256={digest}">{p.name}</a>\n'
         (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
     return (root / "simple").as_uri()
 
@@ -109,8 +108,10 @@ def _h(data):
 
 
 def _wheel(directory, members):
-    members[INFO + "/METADATA"] = ("Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n" % (NAME, VERSION)).encode()
-    members[INFO + "/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: tinybackend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    meta = "Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n" % (NAME, VERSION)
+    members[INFO + "/METADATA"] = meta.encode()
+    wheel = "Wheel-Version: 1.0\\nGenerator: tinybackend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    members[INFO + "/WHEEL"] = wheel.encode()
     rows = [[p, _h(d), str(len(d))] for p, d in members.items()] + [[INFO + "/RECORD", "", ""]]
     out = io.StringIO()
     csv.writer(out, lineterminator="\\n").writerows(rows)
@@ -166,7 +167,10 @@ def compile_shared_library(out: Path) -> Path:
     """A real ELF .so that needs libm (for ELF facts)."""
     src = out.with_suffix(".c")
     src.write_text("#include <math.h>\ndouble envlock_test(double x) { return cos(x); }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src), "-lm", "-Wl,-soname,libenvtest.so.1"], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(out), str(src), "-lm", "-Wl,-soname,libenvtest.so.1"],
+        check=True,
+    )
     src.unlink()
     return out
 
@@ -188,7 +192,9 @@ def walk_payload(venv: Path) -> dict[str, str]:
             continue
         result["site/" + path.relative_to(site).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     for path in sorted((venv / "bin").iterdir()):
-        if path.is_symlink() or path.name.startswith(("activate", "python", "Activate", "deactivate", "pydoc")):
+        if path.is_symlink() or path.name.startswith(
+            ("activate", "python", "Activate", "deactivate", "pydoc")
+        ):
             continue
         data = path.read_bytes().replace(str(venv).encode(), b"{venv}")
         result["bin/" + path.name] = hashlib.sha256(data).hexdigest()

@@ -7,10 +7,9 @@ import subprocess
 from pathlib import Path
 
 from conftest import Reference
-from helpers import UV, make_venv, run_envlock, walk_payload
-
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
+from helpers import UV, make_venv, run_envlock, walk_payload
 
 
 def capture(root: Path, *extra: str) -> dict:
@@ -72,12 +71,22 @@ def test_manifest_matches_lock(workspace: Path) -> None:
     assert sum(1 for r in rows if r.owner == "six") == lock.package("six").file_count  # type: ignore[union-attr]
 
 
-def test_round_trip_uv_pip_sync_reproduces_payload(workspace: Path, tmp_path: Path, reference: Reference) -> None:
+def test_round_trip_uv_pip_sync_reproduces_payload(
+    workspace: Path, tmp_path: Path, reference: Reference
+) -> None:
     capture(workspace)
     target = make_venv(tmp_path / "rebuilt")
     lock_path = workspace / "locks" / "pylock.ct129.toml"
     proc = subprocess.run(
-        [UV, "pip", "sync", "--python", str(target / "bin" / "python"), "--offline", str(lock_path)],
+        [
+            UV,
+            "pip",
+            "sync",
+            "--python",
+            str(target / "bin" / "python"),
+            "--offline",
+            str(lock_path),
+        ],
         capture_output=True,
         text=True,
     )
@@ -93,7 +102,17 @@ def test_hand_patched_file_is_flagged_and_kept(tmp_path: Path, reference: Refere
 
     venv = make_venv(tmp_path / "patched")
     subprocess.run(
-        [UV, "pip", "install", "-q", "--python", str(venv / "bin/python"), "--index-url", reference.index.url, "six==1.17.0"],
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "six==1.17.0",
+        ],
         check=True,
     )
     six_py = next(venv.glob("lib/python*/site-packages/six.py"))
@@ -109,6 +128,17 @@ def test_hand_patched_file_is_flagged_and_kept(tmp_path: Path, reference: Refere
     assert pkg is not None and pkg.origin is not None
     assert pkg.origin.filename == "six-1.17.0-py2.py3-none-any.whl"
     target = make_venv(tmp_path / "rebuilt")
-    subprocess.run([UV, "pip", "sync", "-q", "--python", str(target / "bin/python"), str(root / "locks/pylock.ct129.toml")], check=True)
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "sync",
+            "-q",
+            "--python",
+            str(target / "bin/python"),
+            str(root / "locks/pylock.ct129.toml"),
+        ],
+        check=True,
+    )
     rebuilt = next(target.glob("lib/python*/site-packages/six.py"))
     assert rebuilt.read_bytes() == six_py.read_bytes()

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import Reference, write_profile
 from helpers import UV, make_venv, run_envlock
 
@@ -27,7 +28,17 @@ def _assert_fails(root: Path, host: str, *needles: str, extra: tuple[str, ...] =
 def small_venv(tmp_path: Path, reference: Reference) -> Path:
     venv = make_venv(tmp_path / "small")
     subprocess.run(
-        [UV, "pip", "install", "-q", "--python", str(venv / "bin/python"), "--index-url", reference.index.url, "six==1.17.0"],
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "six==1.17.0",
+        ],
         check=True,
     )
     return venv
@@ -51,7 +62,14 @@ def test_not_a_venv(tmp_path: Path) -> None:
 def test_invalid_profile_names_field(tmp_path: Path) -> None:
     (tmp_path / "hosts").mkdir()
     (tmp_path / "hosts" / "ct200.toml").write_text('venv = "relative"\n[gpu]\ncc = [12.0]\ncolour = "x"\n')
-    _assert_fails(tmp_path, "ct200", "hosts/ct200.toml", "venv: must be an absolute path", "gpu.cc[0]", "gpu.colour")
+    _assert_fails(
+        tmp_path,
+        "ct200",
+        "hosts/ct200.toml",
+        "venv: must be an absolute path",
+        "gpu.cc[0]",
+        "gpu.colour",
+    )
 
 
 def test_corrupt_record(tmp_path: Path, small_venv: Path, reference: Reference) -> None:

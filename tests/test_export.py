@@ -32,8 +32,19 @@ def test_pip_require_hashes_installs_export(workspace: Path, tmp_path: Path, ref
     target = tmp_path / "pipvenv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(target / "bin/python"), "install", "-q",
-         "--no-deps", "--require-hashes", "-r", str(requirements)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(target / "bin/python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--require-hashes",
+            "-r",
+            str(requirements),
+        ],
         capture_output=True,
         text=True,
     )
@@ -46,7 +57,12 @@ def test_pip_sync_installs_export(workspace: Path, tmp_path: Path, reference: Re
     target = tmp_path / "synced"
     subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
     proc = subprocess.run(
-        [str(BIN / "pip-sync"), "--python-executable", str(target / "bin/python"), str(requirements)],
+        [
+            str(BIN / "pip-sync"),
+            "--python-executable",
+            str(target / "bin/python"),
+            str(requirements),
+        ],
         capture_output=True,
         text=True,
     )
@@ -55,5 +71,11 @@ def test_pip_sync_installs_export(workspace: Path, tmp_path: Path, reference: Re
     got = _site_payload(target)
     assert {k: got.get(k) for k in expected} == expected
     # pip-sync leaves the venv's own pip and setuptools alone, by design.
-    seeded = ("site/pip", "site/setuptools", "site/pkg_resources", "site/_distutils_hack", "site/distutils-precedence.pth")
+    seeded = (
+        "site/pip",
+        "site/setuptools",
+        "site/pkg_resources",
+        "site/_distutils_hack",
+        "site/distutils-precedence.pth",
+    )
     assert [k for k in got if k not in expected and not k.startswith(seeded)] == []

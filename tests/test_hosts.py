@@ -48,9 +48,15 @@ def test_full_profile_loads(tmp_path: Path) -> None:
         ('venv = "opt/venv"', "venv: must be an absolute path"),
         ('venv = "/v"\nssh = "-oProxyCommand=x"', "ssh: must be [user@]host"),
         ('venv = "/v"\nssh_args = ["-F", 3]', "ssh_args[1]: expected a non-empty string"),
-        ('venv = "/v"\n[gpu]\ncc = ["sm_120"]', 'gpu.cc[0]: expected a compute capability like "12.0"'),
+        (
+            'venv = "/v"\n[gpu]\ncc = ["sm_120"]',
+            'gpu.cc[0]: expected a compute capability like "12.0"',
+        ),
         ('venv = "/v"\n[gpu]\ndriver = "new"', "gpu.driver: expected a driver version"),
-        ('venv = "/v"\n[index]\nurls = ["ftp://x"]', "index.urls[0]: expected an http(s):// or file:// URL"),
+        (
+            'venv = "/v"\n[index]\nurls = ["ftp://x"]',
+            "index.urls[0]: expected an http(s):// or file:// URL",
+        ),
         ('venv = "/v"\nvenvv = "/typo"', "venvv: unknown field"),
         ('venv = "/v"\ngpu = "12.0"', "gpu: expected a table"),
         ("venv = ", "not valid TOML"),

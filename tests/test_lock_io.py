@@ -46,8 +46,12 @@ def packages(draw: st.DrawFn) -> Package:
         modified=tuple(sorted(draw(st.lists(st.just("site-packages/x.py"), max_size=1)))),
         reason=None if source == "index" else "built locally from file:///src",
         native=tuple(
-            NativeLib(path=f"site-packages/{name}/_c.so", sha256=draw(hexes), needed=("libc.so.6",),
-                      version_needs={"GLIBC": "2.17"})
+            NativeLib(
+                path=f"site-packages/{name}/_c.so",
+                sha256=draw(hexes),
+                needed=("libc.so.6",),
+                version_needs={"GLIBC": "2.17"},
+            )
             for _ in range(draw(st.integers(0, 1)))
         ),
     )
@@ -91,7 +95,9 @@ def test_output_does_not_depend_on_input_order(pkgs: list[Package]) -> None:
 
 def _document() -> dict:
     pkg = Package(
-        name="six", version="1.17.0", source="index",
+        name="six",
+        version="1.17.0",
+        source="index",
         wheel=Artifact(filename="six-1.17.0-py2.py3-none-any.whl", sha256="a" * 64, url="https://x/six.whl"),
         tree_digest="sha256:" + "b" * 64,
     )
@@ -131,7 +137,7 @@ def test_read_lock_errors_name_the_file(tmp_path: Path) -> None:
         read_lock(tmp_path / "pylock.none.toml")
     bad = tmp_path / "pylock.bad.toml"
     bad.write_text("lock-version = ")
-    with pytest.raises(LockError, match="pylock.bad.toml: not valid TOML"):
+    with pytest.raises(LockError, match=r"pylock\.bad\.toml: not valid TOML"):
         read_lock(bad)
     good = tmp_path / "pylock.good.toml"
     good.write_text(tomli_w.dumps(_document()))

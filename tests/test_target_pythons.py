@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import Reference, write_profile
 from helpers import UV, make_venv, run_envlock, walk_payload
 
@@ -26,8 +27,18 @@ def test_capture_and_rebuild_on_other_pythons(minor: str, tmp_path: Path, refere
     python = _python(minor)
     venv = make_venv(tmp_path / f"v{minor}", python)
     subprocess.run(
-        [UV, "pip", "install", "-q", "--python", str(venv / "bin/python"), "--index-url", reference.index.url,
-         "alpha==1.0", "six==1.17.0"],
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "alpha==1.0",
+            "six==1.17.0",
+        ],
         check=True,
     )
     root = tmp_path / "fleet"
@@ -35,10 +46,25 @@ def test_capture_and_rebuild_on_other_pythons(minor: str, tmp_path: Path, refere
     proc = run_envlock(root, "capture", "ct129", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["result"]
-    assert {p["name"]: p["source"] for p in result["packages"]} == {"alpha": "index", "beta": "index", "six": "index"}
+    assert {p["name"]: p["source"] for p in result["packages"]} == {
+        "alpha": "index",
+        "beta": "index",
+        "six": "index",
+    }
     lock_text = (root / "locks/pylock.ct129.toml").read_text()
     assert f'abi = "cp{minor.replace(".", "")}"' in lock_text
     assert f'requires-python = "=={minor}.*"' in lock_text
     target = make_venv(tmp_path / "rebuilt", python)
-    subprocess.run([UV, "pip", "sync", "-q", "--python", str(target / "bin/python"), str(root / "locks/pylock.ct129.toml")], check=True)
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "sync",
+            "-q",
+            "--python",
+            str(target / "bin/python"),
+            str(root / "locks/pylock.ct129.toml"),
+        ],
+        check=True,
+    )
     assert walk_payload(target) == walk_payload(venv)

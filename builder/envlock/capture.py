@@ -37,8 +37,16 @@ from envlock.workspace import Workspace, cache_dir
 _BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
 # Written by venv creators (python -m venv, uv venv, virtualenv), not by any wheel.
 _SCAFFOLD = (
-    "pyvenv.cfg", "lib64", ".lock", ".gitignore", "CACHEDIR.TAG",
-    "bin/python", "bin/activate", "bin/Activate.ps1", "bin/deactivate", "bin/pydoc",
+    "pyvenv.cfg",
+    "lib64",
+    ".lock",
+    ".gitignore",
+    "CACHEDIR.TAG",
+    "bin/python",
+    "bin/activate",
+    "bin/Activate.ps1",
+    "bin/deactivate",
+    "bin/pydoc",
 )
 
 
@@ -106,7 +114,9 @@ def capture(
     if options.use_cache:
         unchanged = memo.lookup()
         if unchanged is not None:
-            return CaptureResult(unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats)
+            return CaptureResult(
+                unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats
+            )
     result = build_lock(workspace, profile, json.loads(raw), options, step, transport, stats)
     memo.remember()
     return result
@@ -130,11 +140,18 @@ class _UnchangedMemo:
         key.update(_read_or_empty(workspace.root / profile.path))
         key.update(raw)
         self.key = key.hexdigest()
-        self.path = cache_dir() / "captures" / f"{hashlib.sha256(str(workspace.root).encode()).hexdigest()[:16]}-{profile.name}.json"
+        self.path = (
+            cache_dir()
+            / "captures"
+            / f"{hashlib.sha256(str(workspace.root).encode()).hexdigest()[:16]}-{profile.name}.json"
+        )
 
     def _files_digest(self) -> str:
         digest = hashlib.sha256()
-        for path in (self.workspace.lock_path(self.profile.name), self.workspace.manifest_path(self.profile.name)):
+        for path in (
+            self.workspace.lock_path(self.profile.name),
+            self.workspace.manifest_path(self.profile.name),
+        ):
             digest.update(_read_or_empty(path))
         return digest.hexdigest()
 
@@ -178,7 +195,9 @@ def _b64_sha256(hex_digest: str) -> str:
     return "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(hex_digest)).rstrip(b"=").decode()
 
 
-def _collect_files(snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[str, str], warnings: list[str]) -> _DistFiles:
+def _collect_files(
+    snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[str, str], warnings: list[str]
+) -> _DistFiles:
     site = snapshot["site"]
     files = snapshot["_files"]
     links = snapshot["_links"]
@@ -206,7 +225,9 @@ def _collect_files(snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[
                 out.modified.append(shown)
             if rel in normalized:
                 sha, size = normalized[rel]
-            out.entries.append(FileEntry(owner=name, path=shown, sha256=sha, size=size, kind="x" if executable else "f"))
+            out.entries.append(
+                FileEntry(owner=name, path=shown, sha256=sha, size=size, kind="x" if executable else "f")
+            )
             facts = snapshot["native"].get(rel)
             if facts is not None:
                 out.native.append(_native(shown, files[rel][0], facts))
@@ -260,7 +281,10 @@ def _direct_origin(client: IndexClient, dist: dict[str, Any]) -> _Origin:
         return _Origin("repacked", reason=f"editable install of {url}")
     if "vcs_info" in direct:
         vcs = direct["vcs_info"]
-        return _Origin("repacked", reason=f"built from {vcs.get('vcs', 'vcs')} {url}@{vcs.get('commit_id', '?')}")
+        return _Origin(
+            "repacked",
+            reason=f"built from {vcs.get('vcs', 'vcs')} {url}@{vcs.get('commit_id', '?')}",
+        )
     if "dir_info" in direct:
         return _Origin("repacked", reason=f"built locally from {url}")
     archive = direct.get("archive_info", {})
@@ -281,7 +305,12 @@ def _direct_origin(client: IndexClient, dist: dict[str, Any]) -> _Origin:
 
 
 def _index_origin(
-    client: IndexClient, cache: ProvenanceCache, sources: tuple[str, ...], dist: dict[str, Any], options: CaptureOptions, warnings: list[str]
+    client: IndexClient,
+    cache: ProvenanceCache,
+    sources: tuple[str, ...],
+    dist: dict[str, Any],
+    options: CaptureOptions,
+    warnings: list[str],
 ) -> _Origin:
     key = ProvenanceCache.key(dist, sources)
     found: Found | None = cache.get(key)
@@ -290,14 +319,19 @@ def _index_origin(
             found = find_on_index(client, dist)
         except IndexError_ as exc:
             if not options.allow_unreachable_index:
-                raise CaptureError(f"{exc} (while tracing {dist['name']} {dist['version']}; "
-                                   "--allow-unreachable-index repacks instead)") from exc
+                raise CaptureError(
+                    f"{exc} (while tracing {dist['name']} {dist['version']}; "
+                    "--allow-unreachable-index repacks instead)"
+                ) from exc
             warnings.append(f"{dist['name']}: {exc}; repacked, index hash unknown")
             return _Origin("repacked", reason=f"index unreachable ({exc}); index hash unknown")
         if found is not None:
             cache.put(key, found)
     if found is None:
-        return _Origin("repacked", reason=f"no wheel on {', '.join(sources) or 'any index'} matches the installed RECORD")
+        return _Origin(
+            "repacked",
+            reason=f"no wheel on {', '.join(sources) or 'any index'} matches the installed RECORD",
+        )
     return _Origin("index", artifact=found.artifact, index=found.index)
 
 
@@ -408,7 +442,11 @@ def build_lock(
             "libc-version": plat["libc_version"] or "",
             "platform-tags": platform_tags(plat["machine"], plat["libc"], plat["libc_version"]),
         },
-        pyvenv={k: v for k, v in snapshot["pyvenv_cfg"].items() if k in ("home", "include-system-site-packages", "version", "version_info")},
+        pyvenv={
+            k: v
+            for k, v in snapshot["pyvenv_cfg"].items()
+            if k in ("home", "include-system-site-packages", "version", "version_info")
+        },
         indexes=indexes,
         find_links=find_links,
         packages=tuple(sorted(packages, key=lambda p: p.name)),
@@ -460,11 +498,21 @@ def _scaffold_rows(snapshot: dict[str, Any], owners: dict[str, str]) -> list[Fil
         if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in _BOOKKEEPING:
             continue
         owner = ":venv" if _is_scaffold(rel) else ":unowned"
-        rows.append(FileEntry(owner=owner, path=_lock_path_of(site, rel), sha256=sha, size=size, kind="x" if executable else "f"))
+        rows.append(
+            FileEntry(
+                owner=owner,
+                path=_lock_path_of(site, rel),
+                sha256=sha,
+                size=size,
+                kind="x" if executable else "f",
+            )
+        )
     for rel, target in snapshot["_links"].items():
         if rel not in owners:
             owner = ":venv" if _is_scaffold(rel) else ":unowned"
-            rows.append(FileEntry(owner=owner, path=_lock_path_of(site, rel), sha256=target, size=0, kind="l"))
+            rows.append(
+                FileEntry(owner=owner, path=_lock_path_of(site, rel), sha256=target, size=0, kind="l")
+            )
     return rows
 
 
@@ -509,7 +557,9 @@ def _repack(
         key = keys[dist["dist_info"]] = _repack_key(dist, files)
         hit = known.get(key)
         if hit and store.has_wheel(hit["sha256"], hit["filename"]):
-            result[dist["dist_info"]] = _store_artifact(workspace, store, hit["filename"], hit["sha256"], hit["size"])
+            result[dist["dist_info"]] = _store_artifact(
+                workspace, store, hit["filename"], hit["sha256"], hit["size"]
+            )
         else:
             todo.append(dist["dist_info"])
     if todo:
@@ -522,8 +572,14 @@ def _repack(
             data = raw[end + 1 : end + 1 + header["size"]]
             pos = end + 1 + header["size"]
             _path, sha = store.put_wheel(data, header["filename"], expected_sha256=header["sha256"])
-            result[header["dist_info"]] = _store_artifact(workspace, store, header["filename"], sha, len(data))
-            known[keys[header["dist_info"]]] = {"filename": header["filename"], "sha256": sha, "size": len(data)}
+            result[header["dist_info"]] = _store_artifact(
+                workspace, store, header["filename"], sha, len(data)
+            )
+            known[keys[header["dist_info"]]] = {
+                "filename": header["filename"],
+                "sha256": sha,
+                "size": len(data),
+            }
         missing = set(todo) - set(result)
         if missing:
             raise CaptureError(f"host {transport.host}: agent did not repack {', '.join(sorted(missing))}")

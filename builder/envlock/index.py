@@ -63,11 +63,7 @@ def _file_from_link(href: str, page_url: str, source: str, attrs: dict[str, Any]
 def parse_html(text: str, page_url: str, source: str) -> list[IndexFile]:
     parser = _Links()
     parser.feed(text)
-    return [
-        _file_from_link(a["href"], page_url, source, a)
-        for a in parser.anchors
-        if a.get("href")
-    ]
+    return [_file_from_link(href, page_url, source, a) for a in parser.anchors if (href := a.get("href"))]
 
 
 def parse_json(data: dict[str, Any], page_url: str, source: str) -> list[IndexFile]:
@@ -76,7 +72,16 @@ def parse_json(data: dict[str, Any], page_url: str, source: str) -> list[IndexFi
         url = urljoin(page_url, item["url"])
         yanked = bool(item.get("yanked"))
         sha = (item.get("hashes") or {}).get("sha256")
-        files.append(IndexFile(item["filename"], urldefrag(url)[0], sha, source, yanked, item.get("requires-python")))
+        files.append(
+            IndexFile(
+                item["filename"],
+                urldefrag(url)[0],
+                sha,
+                source,
+                yanked,
+                item.get("requires-python"),
+            )
+        )
     return files
 
 
@@ -156,7 +161,7 @@ class IndexClient:
         if file.url.startswith("file://"):
             path = _local_path(file.url)
             try:
-                return open(path, "rb")  # noqa: SIM115
+                return open(path, "rb")
             except OSError as exc:
                 raise IndexError_(f"{file.url}: cannot read: {exc.strerror}") from exc
         return _HttpWheel.open(self.session, file.url)
@@ -176,7 +181,9 @@ class IndexClient:
 
         try:
             with self.open_wheel(file) as stream, zipfile.ZipFile(stream) as archive:
-                names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+                names = [
+                    n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")
+                ]
                 if len(names) != 1:
                     raise IndexError_(f"{file.url}: wheel has no single .dist-info/RECORD")
                 text = archive.read(names[0]).decode("utf-8")
@@ -210,7 +217,7 @@ class _HttpWheel(io.RawIOBase):
             head.raise_for_status()
             if head.headers.get("Accept-Ranges") == "bytes" and "Content-Length" in head.headers:
                 raw = cls(session, head.url, int(head.headers["Content-Length"]))
-                return io.BufferedReader(raw, buffer_size=1 << 16)  # type: ignore[return-value]
+                return io.BufferedReader(raw, buffer_size=1 << 16)
             response = session.get(url, timeout=TIMEOUT, stream=True)
             response.raise_for_status()
         except requests.RequestException as exc:
@@ -219,7 +226,7 @@ class _HttpWheel(io.RawIOBase):
         for chunk in response.iter_content(1 << 20):
             spool.write(chunk)
         spool.seek(0)
-        return spool  # type: ignore[return-value]
+        return spool
 
     def readable(self) -> bool:
         return True

@@ -101,7 +101,12 @@ class ProvenanceCache:
     def put(self, key: str, found: Found) -> None:
         art = found.artifact
         self.data[key] = {
-            "artifact": {"filename": art.filename, "sha256": art.sha256, "size": art.size, "url": art.url},
+            "artifact": {
+                "filename": art.filename,
+                "sha256": art.sha256,
+                "size": art.size,
+                "url": art.url,
+            },
             "index": found.index,
         }
         self.dirty = True

@@ -48,9 +48,7 @@ class LocalTransport:
 
 def transport_for(profile: HostProfile) -> Transport:
     if profile.ssh is not None:
-        raise EnvlockError(
-            f"{profile.path}: ssh: SSH hosts are not supported by this envlock yet"
-        )
+        raise EnvlockError(f"{profile.path}: ssh: SSH hosts are not supported by this envlock yet")
     return LocalTransport(host=profile.name)
 
 
@@ -101,7 +99,7 @@ def run_agent(
     if proc.returncode != 0:
         reported = [e for e in errors if e.startswith("envlock-agent: error: ")]
         if reported:
-            raise AgentError(f"host {transport.host}: {reported[-1][len('envlock-agent: error: '):]}")
+            raise AgentError(f"host {transport.host}: {reported[-1][len('envlock-agent: error: ') :]}")
         tail = errors[-1] if errors else f"exit status {proc.returncode}"
         raise AgentError(f"host {transport.host}: agent failed in {venv}: {tail}")
     return stdout

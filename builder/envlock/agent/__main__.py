@@ -40,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.print_usage(sys.stderr)
             return 2
     except (SnapshotError, UnreadableFile, DistError, OSError) as exc:
-        sys.stderr.write("envlock-agent: error: %s\n" % exc)
+        sys.stderr.write(f"envlock-agent: error: {exc}\n")
         return 2
     # Run statistics go to stderr, so stdout depends on the venv's content
     # alone and the controller can recognise an unchanged venv by its hash.

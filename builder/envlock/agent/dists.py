@@ -28,7 +28,7 @@ def _read_text(path: str) -> str:
         with open(path, "rb") as stream:
             data = stream.read()
     except OSError as exc:
-        raise DistError("%s: cannot read: %s" % (path, exc.strerror)) from exc
+        raise DistError(f"{path}: cannot read: {exc.strerror}") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -45,7 +45,7 @@ def parse_metadata(path: str) -> Dict[str, Any]:
     version = message.get("Version")
     if not name or not version:
         missing = "Name" if not name else "Version"
-        raise DistError("%s: corrupt METADATA: no %s header" % (path, missing))
+        raise DistError(f"{path}: corrupt METADATA: no {missing} header")
     return {
         "name": name.strip(),
         "version": version.strip(),
@@ -72,7 +72,7 @@ def parse_record(path: str) -> List[List[Any]]:
             raise DistError("%s:%d: corrupt RECORD: bad size %r" % (path, lineno, size))
         rows.append([rel, digest, int(size) if size else None])
     if not rows:
-        raise DistError("%s: corrupt RECORD: no rows" % path)
+        raise DistError(f"{path}: corrupt RECORD: no rows")
     return rows
 
 
@@ -110,7 +110,7 @@ def read_dist(site: str, dist_info: str) -> Dict[str, Any]:
     meta = parse_metadata(os.path.join(base, "METADATA"))
     record_path = os.path.join(base, "RECORD")
     if not os.path.isfile(record_path):
-        raise DistError("%s: missing RECORD (installed by a tool that keeps none)" % record_path)
+        raise DistError(f"{record_path}: missing RECORD (installed by a tool that keeps none)")
     record = parse_record(record_path)
     with open(record_path, "rb") as stream:
         record_sha = hashlib.sha256(stream.read()).hexdigest()
@@ -120,7 +120,9 @@ def read_dist(site: str, dist_info: str) -> Dict[str, Any]:
         try:
             direct_url = json.loads(direct_text)
         except ValueError as exc:
-            raise DistError("%s: corrupt direct_url.json: %s" % (os.path.join(base, "direct_url.json"), exc)) from exc
+            raise DistError(
+                "{}: corrupt direct_url.json: {}".format(os.path.join(base, "direct_url.json"), exc)
+            ) from exc
     top_level = _optional_text(os.path.join(base, "top_level.txt"))
     installer = _optional_text(os.path.join(base, "INSTALLER"))
     meta.update(
@@ -130,7 +132,9 @@ def read_dist(site: str, dist_info: str) -> Dict[str, Any]:
             "installer": installer.strip() if installer else None,
             "requested": os.path.exists(os.path.join(base, "REQUESTED")),
             "direct_url": direct_url,
-            "top_level": sorted(x.strip() for x in top_level.splitlines() if x.strip()) if top_level else None,
+            "top_level": sorted(x.strip() for x in top_level.splitlines() if x.strip())
+            if top_level
+            else None,
             "console_scripts": console_scripts(_optional_text(os.path.join(base, "entry_points.txt"))),
             "record": record,
             "record_sha256": record_sha,
@@ -143,7 +147,7 @@ def find_dist_infos(site: str) -> List[str]:
     try:
         names = os.listdir(site)
     except OSError as exc:
-        raise DistError("%s: cannot list: %s" % (site, exc.strerror)) from exc
+        raise DistError(f"{site}: cannot list: {exc.strerror}") from exc
     return sorted(n for n in names if n.endswith(".dist-info") and os.path.isdir(os.path.join(site, n)))
 
 

@@ -27,7 +27,7 @@ CacheEntry = List[Any]
 
 class UnreadableFile(Exception):
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__("%s: cannot read: %s" % (path, reason))
+        super().__init__(f"{path}: cannot read: {reason}")
         self.path = path
 
 
@@ -152,7 +152,7 @@ def hash_files(
         rel, st = item
         sha, facts = _hash_file(os.path.join(root, rel), is_library_name(rel))
         progress.advance(st.st_size)
-        return rel, _stat_key(st) + [sha, facts]
+        return rel, [*_stat_key(st), sha, facts]
 
     # Largest first, so one huge library does not start last and run alone.
     todo.sort(key=lambda item: -item[1].st_size)
@@ -160,5 +160,9 @@ def hash_files(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for rel, entry in pool.map(work, todo):
                 result[rel] = entry
-    stats = {"hashed": len(todo), "cached": len(files) - len(todo), "bytes_hashed": progress.done_bytes}
+    stats = {
+        "hashed": len(todo),
+        "cached": len(files) - len(todo),
+        "bytes_hashed": progress.done_bytes,
+    }
     return result, stats

@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from configparser import ConfigParser, Error as ConfigError
+from configparser import ConfigParser
+from configparser import Error as ConfigError
 from typing import Any, Dict, List, Optional
 
 
@@ -106,7 +107,7 @@ def pip_index_config(venv: str) -> Dict[str, Any]:
     index_url = values.get("index-url") or uv_default or "https://pypi.org/simple"
     extra = values.get("extra-index-url", "").split() + os.environ.get("UV_EXTRA_INDEX_URL", "").split()
     return {
-        "urls": _dedupe([index_url] + extra),
+        "urls": _dedupe([index_url, *extra]),
         "find_links": values.get("find-links", "").split(),
         "sources": _dedupe(sources),
     }
@@ -128,9 +129,8 @@ def gpu_facts() -> Optional[List[Dict[str, str]]]:
     try:
         out = subprocess.run(
             [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            universal_newlines=True,
+            capture_output=True,
+            text=True,
             timeout=30,
             check=True,
         ).stdout

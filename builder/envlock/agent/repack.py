@@ -39,7 +39,7 @@ def wheel_filename(name: str, version: str, tags: List[str]) -> str:
                 bucket.append(value)
     dist = re.sub(r"[-_.]+", "_", name).lower()
     ver = version.replace("-", "_")
-    return "%s-%s-%s-%s-%s.whl" % (dist, ver, ".".join(pys), ".".join(abis), ".".join(plats))
+    return "{}-{}-{}-{}-{}.whl".format(dist, ver, ".".join(pys), ".".join(abis), ".".join(plats))
 
 
 def is_bookkeeping(site_rel: str) -> bool:
@@ -64,7 +64,7 @@ def plan_entries(venv: str, site: str, dist_info: str) -> Tuple[List[Tuple[str, 
     meta = parse_metadata(os.path.join(base, "METADATA"))
     record = parse_record(os.path.join(base, "RECORD"))
     scripts = set(console_scripts(_read_optional(os.path.join(base, "entry_points.txt"))))
-    data_dir = "%s-%s.data" % (dist_info[: -len(".dist-info")].split("-")[0], meta["version"])
+    data_dir = "{}-{}.data".format(dist_info[: -len(".dist-info")].split("-")[0], meta["version"])
     entries: List[Tuple[str, str]] = []
     for rel, _digest, _size in record:
         absolute = os.path.normpath(os.path.join(site_abs, rel))
@@ -83,9 +83,9 @@ def plan_entries(venv: str, site: str, dist_info: str) -> Tuple[List[Tuple[str, 
             script = venv_rel[len("bin/") :]
             if script in scripts:
                 continue
-            entries.append(("%s/scripts/%s" % (data_dir, script), absolute))
+            entries.append((f"{data_dir}/scripts/{script}", absolute))
         else:
-            entries.append(("%s/data/%s" % (data_dir, venv_rel), absolute))
+            entries.append((f"{data_dir}/data/{venv_rel}", absolute))
     tags: List[str] = []
     wheel_text = _read_optional(os.path.join(base, "WHEEL")) or ""
     for line in wheel_text.splitlines():

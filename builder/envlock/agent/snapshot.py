@@ -16,7 +16,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from envlock.agent import AGENT_PROTOCOL
 from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read_dist
 from envlock.agent.hashing import StatCache, hash_files
-from envlock.agent.repack import unshebang
 from envlock.agent.hostfacts import (
     gpu_facts,
     interpreter_facts,
@@ -24,6 +23,7 @@ from envlock.agent.hostfacts import (
     platform_facts,
     read_pyvenv_cfg,
 )
+from envlock.agent.repack import unshebang
 
 SKIP_DIRS = {"__pycache__"}
 
@@ -41,7 +41,7 @@ def find_site_packages(venv: str, version: Tuple[int, int]) -> str:
     found = glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))
     if found:
         return os.path.relpath(found[0], venv)
-    raise SnapshotError("%s: no lib/python%d.%d/site-packages (not a venv?)" % ((venv,) + version))
+    raise SnapshotError("%s: no lib/python%d.%d/site-packages (not a venv?)" % ((venv, *version)))
 
 
 def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
@@ -54,7 +54,7 @@ def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
         try:
             entries = list(os.scandir(os.path.join(venv, rel_dir)))
         except OSError as exc:
-            raise SnapshotError("%s: cannot list: %s" % (os.path.join(venv, rel_dir), exc.strerror)) from exc
+            raise SnapshotError(f"{os.path.join(venv, rel_dir)}: cannot list: {exc.strerror}") from exc
         for entry in entries:
             rel = rel_dir + "/" + entry.name if rel_dir else entry.name
             if entry.is_symlink():
@@ -70,17 +70,17 @@ def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
 def default_cache_path(venv: str) -> Optional[str]:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     key = hashlib.sha256(os.path.realpath(venv).encode()).hexdigest()[:24]
-    return os.path.join(base, "envlock", "agent", "stat-%s.json" % key)
+    return os.path.join(base, "envlock", "agent", f"stat-{key}.json")
 
 
 def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any]:
     venv = os.path.abspath(venv)
     if not os.path.isdir(venv):
-        raise SnapshotError("%s: no such directory" % venv)
+        raise SnapshotError(f"{venv}: no such directory")
     if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
-        raise SnapshotError("%s: not a venv (no pyvenv.cfg)" % venv)
+        raise SnapshotError(f"{venv}: not a venv (no pyvenv.cfg)")
     interpreter = interpreter_facts()
-    site = find_site_packages(venv, tuple(interpreter["version_info"][:2]))  # type: ignore[arg-type]
+    site = find_site_packages(venv, tuple(interpreter["version_info"][:2]))
     site_abs = os.path.join(venv, site)
     dists = []
     try:

@@ -102,7 +102,15 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
         if p.missing:
             note = f"{len(p.missing)} file(s) missing; " + note
         rows.append(
-            [p.name, p.version, p.source, str(p.file_count), human_size(p.size), str(len(p.native) or ""), note]
+            [
+                p.name,
+                p.version,
+                p.source,
+                str(p.file_count),
+                human_size(p.size),
+                str(len(p.native) or ""),
+                note,
+            ]
         )
     files = sum(p.file_count for p in lock.packages)
     size = sum(p.size for p in lock.packages)

@@ -285,7 +285,10 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
     w = "tool.envlock."
     fmt = r.get(tool, "format", int, w)
     if fmt != FORMAT_VERSION:
-        raise r.fail(f"{w}format", f"lock format {fmt} is not supported (this envlock reads {FORMAT_VERSION})")
+        raise r.fail(
+            f"{w}format",
+            f"lock format {fmt} is not supported (this envlock reads {FORMAT_VERSION})",
+        )
     role = r.get(tool, "role", str, w)
     if role not in ("reference", "target"):
         raise r.fail(f"{w}role", f"expected reference or target, got {role!r}")

@@ -39,8 +39,7 @@ def _unescape(text: str) -> str:
 def render_manifest(entries: Iterable[FileEntry]) -> bytes:
     rows = sorted(entries, key=lambda e: (e.path, e.owner))
     body = "".join(
-        f"{_escape(e.owner)}\t{_escape(e.path)}\t{_escape(e.sha256)}\t{e.size}\t{e.kind}\n"
-        for e in rows
+        f"{_escape(e.owner)}\t{_escape(e.path)}\t{_escape(e.sha256)}\t{e.size}\t{e.kind}\n" for e in rows
     )
     return (HEADER + body).encode("utf-8")
 
