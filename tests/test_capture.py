@@ -142,3 +142,43 @@ def test_hand_patched_file_is_flagged_and_kept(tmp_path: Path, reference: Refere
     )
     rebuilt = next(target.glob("lib/python*/site-packages/six.py"))
     assert rebuilt.read_bytes() == six_py.read_bytes()
+
+
+def test_deleted_file_is_reported_missing(tmp_path: Path, reference: Reference) -> None:
+    from conftest import write_profile
+
+    venv = make_venv(tmp_path / "v")
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "idna==3.20",
+        ],
+        check=True,
+    )
+    next(venv.glob("lib/python*/site-packages/idna/codec.py")).unlink()
+    root = tmp_path / "fleet"
+    write_profile(root, "ct129", venv, reference.index.url)
+    (idna,) = capture(root)["packages"]
+    assert idna["missing"] == ["site-packages/idna/codec.py"]
+    assert idna["source"] == "repacked" and idna["reason"] == "hand-patched: 1 file(s) missing"
+    target = make_venv(tmp_path / "rebuilt")
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "sync",
+            "-q",
+            "--python",
+            str(target / "bin/python"),
+            str(root / "locks/pylock.ct129.toml"),
+        ],
+        check=True,
+    )
+    assert walk_payload(target) == walk_payload(venv)

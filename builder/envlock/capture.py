@@ -367,9 +367,15 @@ def build_lock(
             origin = _direct_origin(client, dist)
         else:
             origin = _index_origin(client, cache, indexes + find_links, dist, options, warnings)
-        if files.modified:
-            patched = f"hand-patched: {len(files.modified)} file(s) differ from RECORD"
-            origin = _Origin("repacked", reason=patched, origin=origin.artifact)
+        if files.modified or files.missing:
+            # The live venv is what works: freeze it as it is, patches and
+            # deletions included, and keep the wheel it came from as origin.
+            changes = []
+            if files.modified:
+                changes.append(f"{len(files.modified)} file(s) differ from RECORD")
+            if files.missing:
+                changes.append(f"{len(files.missing)} file(s) missing")
+            origin = _Origin("repacked", reason="hand-patched: " + ", ".join(changes), origin=origin.artifact)
         per_dist.append((dist, files, origin))
     cache.save()
 
