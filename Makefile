@@ -17,8 +17,8 @@ test: setup
 	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: setup
-	$(BIN)/ruff check builder tests bench
-	$(BIN)/ruff format --check builder tests bench
+	$(BIN)/ruff check builder tests bench demo
+	$(BIN)/ruff format --check builder tests bench demo
 	$(BIN)/mypy
 
 bench: setup

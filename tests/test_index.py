@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Index, Reference, write_profile
-from helpers import run_envlock
 
+from conftest import Index, Reference, write_profile
 from envlock.index import IndexClient, parse_json
+from helpers import run_envlock
 
 
 @pytest.fixture
