@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import posixpath
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,7 @@ class _Origin:
     index: str | None = None
     reason: str | None = None
     origin: Artifact | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def capture(
@@ -109,17 +112,77 @@ def capture(
         elif on_progress is not None:
             on_progress(event)
 
-    raw = run_agent(transport, profile.venv, args, on_progress=relay)
-    memo = _UnchangedMemo(workspace, profile, raw)
-    if options.use_cache:
-        unchanged = memo.lookup()
-        if unchanged is not None:
-            return CaptureResult(
-                unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats
-            )
-    result = build_lock(workspace, profile, json.loads(raw), options, step, transport, stats)
+    # The agent sends the venv's description first and hashes afterwards:
+    # tracing every dist to its wheel runs here meanwhile, on the spare core
+    # time that hashing (bound by reads as much as by SHA) leaves.
+    pool = ThreadPoolExecutor(max_workers=1)
+    tracing: list[Future[dict[str, _Origin]]] = []
+    stop = threading.Event()
+
+    def on_description(line: bytes) -> None:
+        described = json.loads(line)
+        tracing.append(pool.submit(trace_origins, profile, described, options, stop))
+
+    try:
+        raw = run_agent(transport, profile.venv, args, on_progress=relay, on_first_line=on_description)
+        memo = _UnchangedMemo(workspace, profile, raw)
+        if options.use_cache:
+            unchanged = memo.lookup()
+            if unchanged is not None:
+                stop.set()
+                return CaptureResult(
+                    unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats
+                )
+        described, inventory = raw.split(b"\n", 1)
+        snapshot = {**json.loads(described), **json.loads(inventory)}
+        step(f"trace {len(snapshot['dists'])} distributions to their wheels")
+        traced = tracing[0].result()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    result = build_lock(workspace, profile, snapshot, traced, step, transport, stats, options)
     memo.remember()
     return result
+
+
+def _index_config(profile: HostProfile, described: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # A profile's [index] replaces the host's pip configuration as a whole.
+    if profile.index is not None:
+        return profile.index.urls, profile.index.find_links
+    pip = described["pip_config"]
+    return tuple(pip["urls"]), tuple(pip["find_links"])
+
+
+def trace_origins(
+    profile: HostProfile,
+    described: dict[str, Any],
+    options: CaptureOptions,
+    stop: threading.Event | None = None,
+) -> dict[str, _Origin]:
+    """Where each distribution's bytes come from, keyed by dist-info name.
+
+    Needs only the dist-info data, not the file hashes; hand patches found
+    later by comparing hashes with RECORD override the answer.
+    """
+    indexes, find_links = _index_config(profile, described)
+    client = IndexClient(indexes, find_links)
+    cache = ProvenanceCache(cache_dir() / "provenance.json" if options.use_cache else None)
+    origins: dict[str, _Origin] = {}
+    warnings: list[str] = []
+    for dist in described["dists"]:
+        if stop is not None and stop.is_set():
+            break  # the answer is no longer wanted (unchanged venv, or a failure)
+        if dist["direct_url"] is not None:
+            origin = _direct_origin(client, dist)
+        else:
+            origin = _index_origin(client, cache, indexes + find_links, dist, options, warnings)
+        origin.warnings = warnings
+        origins[dist["dist_info"]] = origin
+        warnings = []
+    cache.save()
+    return origins
 
 
 class _UnchangedMemo:
@@ -339,34 +402,25 @@ def build_lock(
     workspace: Workspace,
     profile: HostProfile,
     snapshot: dict[str, Any],
-    options: CaptureOptions,
+    traced: dict[str, _Origin],
     step: Callable[[str], None],
     transport: Any,
     stats: dict[str, int],
+    options: CaptureOptions,
 ) -> CaptureResult:
     host = profile.name
     warnings: list[str] = []
     snapshot["_files"] = {row[0]: (row[1], row[2], row[3]) for row in snapshot["files"]}
     snapshot["_links"] = dict(snapshot["links"])
-    pip = snapshot["pip_config"]
-    # A profile's [index] replaces the host's pip configuration as a whole.
-    if profile.index is not None:
-        indexes, find_links = profile.index.urls, profile.index.find_links
-    else:
-        indexes, find_links = tuple(pip["urls"]), tuple(pip["find_links"])
-    client = IndexClient(indexes, find_links)
-    cache = ProvenanceCache(cache_dir() / "provenance.json" if options.use_cache else None)
+    indexes, find_links = _index_config(profile, snapshot)
     store = Store(workspace.store_dir)
 
     owners: dict[str, str] = {}
     per_dist: list[tuple[dict[str, Any], _DistFiles, _Origin]] = []
-    step(f"trace {len(snapshot['dists'])} distributions to their wheels")
     for dist in snapshot["dists"]:
         files = _collect_files(snapshot, dist, owners, warnings)
-        if dist["direct_url"] is not None:
-            origin = _direct_origin(client, dist)
-        else:
-            origin = _index_origin(client, cache, indexes + find_links, dist, options, warnings)
+        origin = traced[dist["dist_info"]]
+        warnings.extend(origin.warnings)
         if files.modified or files.missing:
             # The live venv is what works: freeze it as it is, patches and
             # deletions included, and keep the wheel it came from as origin.
@@ -377,7 +431,6 @@ def build_lock(
                 changes.append(f"{len(files.missing)} file(s) missing")
             origin = _Origin("repacked", reason="hand-patched: " + ", ".join(changes), origin=origin.artifact)
         per_dist.append((dist, files, origin))
-    cache.save()
 
     wanted = [(d, f) for d, f, o in per_dist if o.source == "repacked"]
     repacked = _repack(workspace, transport, profile.venv, wanted, store, step, options.use_cache)

@@ -17,13 +17,15 @@ import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urldefrag, urljoin, urlparse
 
-import requests
 from packaging.utils import canonicalize_name
 
 from envlock.errors import IndexError_
+
+if TYPE_CHECKING:
+    import requests
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 TIMEOUT = 30
@@ -95,8 +97,17 @@ class IndexClient:
     def __init__(self, urls: tuple[str, ...], find_links: tuple[str, ...] = ()) -> None:
         self.urls = urls
         self.find_links = find_links
-        self.session = requests.Session()
+        self._session: requests.Session | None = None
         self._flat: dict[str, list[IndexFile]] = {}
+
+    @property
+    def session(self) -> requests.Session:
+        # requests costs ~60 ms to import; file:// indexes never need it.
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
 
     def files(self, project: str) -> list[IndexFile]:
         name = canonicalize_name(project)
@@ -123,7 +134,7 @@ class IndexClient:
             return []
         try:
             response = self.session.get(page, headers={"Accept": ACCEPT}, timeout=TIMEOUT)
-        except requests.RequestException as exc:
+        except _request_errors() as exc:
             raise IndexError_(f"index {base}: unreachable: {_short(exc)}") from exc
         if response.status_code == 404:
             return []
@@ -142,7 +153,7 @@ class IndexClient:
             try:
                 response = self.session.get(location, timeout=TIMEOUT)
                 response.raise_for_status()
-            except requests.RequestException as exc:
+            except _request_errors() as exc:
                 raise IndexError_(f"find-links {location}: unreachable: {_short(exc)}") from exc
             files = parse_html(response.text, response.url, location)
         else:
@@ -192,6 +203,12 @@ class IndexClient:
         return [row for row in csv.reader(io.StringIO(text)) if row]
 
 
+def _request_errors() -> type[Exception]:
+    import requests
+
+    return requests.RequestException
+
+
 def _project_of(filename: str) -> str | None:
     if not filename.endswith(".whl"):
         return None
@@ -220,7 +237,7 @@ class _HttpWheel(io.RawIOBase):
                 return io.BufferedReader(raw, buffer_size=1 << 16)
             response = session.get(url, timeout=TIMEOUT, stream=True)
             response.raise_for_status()
-        except requests.RequestException as exc:
+        except _request_errors() as exc:
             raise IndexError_(f"{url}: cannot fetch: {_short(exc)}") from exc
         spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115
         for chunk in response.iter_content(1 << 20):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from envlock.agent.bundle import bundle_path
+from envlock.agent.bundle import bundle_dir
 from envlock.errors import AgentError, EnvlockError
 from envlock.hosts import HostProfile
 from envlock.workspace import cache_dir
@@ -43,7 +43,7 @@ class LocalTransport:
             if not os.path.isdir(venv):
                 raise EnvlockError(f"host {self.host}: venv {venv}: no such directory")
             raise EnvlockError(f"host {self.host}: {venv} is not a venv (no bin/python)")
-        return [python, "-I", str(bundle_path(cache_dir()))]
+        return [python, "-I", str(bundle_dir(cache_dir()))]
 
 
 def transport_for(profile: HostProfile) -> Transport:
@@ -71,9 +71,14 @@ def run_agent(
     args: list[str],
     *,
     on_progress: ProgressCallback | None = None,
+    on_first_line: Callable[[bytes], None] | None = None,
     stdout_to: Path | None = None,
 ) -> bytes:
-    """Run one agent command; return its stdout (or write it to ``stdout_to``)."""
+    """Run one agent command; return its stdout (or write it to ``stdout_to``).
+
+    ``on_first_line`` sees stdout's first line as soon as the agent sends it,
+    while the agent works on.
+    """
     argv = transport.agent_argv(venv) + args
     errors: list[str] = []
     sink: IO[bytes] | int = subprocess.PIPE
@@ -90,7 +95,13 @@ def run_agent(
     pump = threading.Thread(target=_pump_stderr, args=(proc.stderr, on_progress, errors), daemon=True)
     pump.start()
     try:
-        stdout = proc.stdout.read() if proc.stdout is not None else b""
+        stdout = b""
+        if proc.stdout is not None:
+            if on_first_line is not None:
+                stdout = proc.stdout.readline()
+                if stdout.endswith(b"\n"):
+                    on_first_line(stdout)
+            stdout += proc.stdout.read()
         proc.wait()
     finally:
         pump.join()

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -24,32 +24,41 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from envlock.agent.dists import DistError
     from envlock.agent.hashing import UnreadableFile
-    from envlock.agent.snapshot import SnapshotError, take_snapshot
+    from envlock.agent.snapshot import SnapshotError
 
     try:
         if args.command == "snapshot":
+            # Two JSON lines: the venv's description first, so the controller
+            # can trace wheels while the files are still being hashed.
+            from envlock.agent.snapshot import describe_venv, inventory
+
             jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
-            result = take_snapshot(args.venv, jobs=jobs, use_cache=not args.no_cache)
+            described = describe_venv(args.venv)
+            _emit(described)
+            _emit(inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache))
         elif args.command == "repack":
             return _repack(args.venv, args.dist_infos)
         elif args.command == "ping":
             from envlock.agent.hostfacts import interpreter_facts
 
-            result = {"interpreter": interpreter_facts()}
+            _emit({"interpreter": interpreter_facts()})
         else:
             parser.print_usage(sys.stderr)
             return 2
     except (SnapshotError, UnreadableFile, DistError, OSError) as exc:
-        sys.stderr.write(f"envlock-agent: error: {exc}\n")
+        sys.stderr.write("envlock-agent: error: %s\n" % exc)
         return 2
-    # Run statistics go to stderr, so stdout depends on the venv's content
-    # alone and the controller can recognise an unchanged venv by its hash.
+    return 0
+
+
+def _emit(result: Dict[str, Any]) -> None:
+    """One JSON line on stdout. Run statistics go to stderr, so stdout depends
+    on the venv's content alone and an unchanged venv is recognised by its hash."""
     stats = result.pop("_stats", None)
     if stats is not None:
         sys.stderr.write("@stats " + json.dumps(stats) + "\n")
-    sys.stdout.write(json.dumps(result, separators=(",", ":")))
-    sys.stdout.write("\n")
-    return 0
+    sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
 
 
 def _repack(venv: str, dist_infos: List[str]) -> int:

@@ -73,7 +73,8 @@ def default_cache_path(venv: str) -> Optional[str]:
     return os.path.join(base, "envlock", "agent", f"stat-{key}.json")
 
 
-def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any]:
+def describe_venv(venv: str) -> Dict[str, Any]:
+    """Interpreter, platform and every dist-info: cheap, sent before the hashing."""
     venv = os.path.abspath(venv)
     if not os.path.isdir(venv):
         raise SnapshotError(f"{venv}: no such directory")
@@ -82,13 +83,27 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
     interpreter = interpreter_facts()
     site = find_site_packages(venv, tuple(interpreter["version_info"][:2]))
     site_abs = os.path.join(venv, site)
-    dists = []
     try:
-        for name in find_dist_infos(site_abs):
-            dists.append(read_dist(site_abs, name))
+        dists = [read_dist(site_abs, name) for name in find_dist_infos(site_abs)]
     except DistError as exc:
         raise SnapshotError(str(exc)) from exc
+    return {
+        "protocol": AGENT_PROTOCOL,
+        "venv": venv,
+        "site": site,
+        "interpreter": interpreter,
+        "platform": platform_facts(),
+        "pyvenv_cfg": read_pyvenv_cfg(venv),
+        "pip_config": pip_index_config(venv),
+        "gpu": gpu_facts(),
+        "dists": dists,
+        "egg_infos": find_egg_infos(site_abs),
+    }
 
+
+def inventory(venv: str, dists: List[Dict[str, Any]], jobs: int, use_cache: bool = True) -> Dict[str, Any]:
+    """Every file of the venv hashed (stat cache permitting) and every ELF library read."""
+    venv = os.path.abspath(venv)
     files, links = walk(venv)
     modes = {rel: st.st_mode for rel, st in files}
     cache = StatCache(default_cache_path(venv) if use_cache else None)
@@ -107,16 +122,6 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
     script_names = {"bin/" + name for dist in dists for name in dist["console_scripts"]}
     normalized, scripts = _bin_scripts(venv, [r for r in file_rows if r[0].startswith("bin/")], script_names)
     return {
-        "protocol": AGENT_PROTOCOL,
-        "venv": venv,
-        "site": site,
-        "interpreter": interpreter,
-        "platform": platform_facts(),
-        "pyvenv_cfg": read_pyvenv_cfg(venv),
-        "pip_config": pip_index_config(venv),
-        "gpu": gpu_facts(),
-        "dists": dists,
-        "egg_infos": find_egg_infos(site_abs),
         "files": file_rows,
         "links": sorted([rel, target] for rel, target in links.items()),
         "native": native,
@@ -124,6 +129,12 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
         "entry_point_scripts": scripts,
         "_stats": stats,
     }
+
+
+def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any]:
+    described = describe_venv(venv)
+    described.update(inventory(venv, described["dists"], jobs, use_cache))
+    return described
 
 
 def _bin_scripts(
