@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup test lint bench demo clean
+.PHONY: setup test lint bench demo clean test-deps
 
 $(BIN)/envlock: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,12 @@ $(BIN)/envlock: pyproject.toml
 
 setup: $(BIN)/envlock
 
-test: setup
+# The SSH tests run real sshd (Debian's openssh-server) in mount namespaces.
+test-deps:
+	@test -x /usr/sbin/sshd || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+
+test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: setup

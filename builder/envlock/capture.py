@@ -33,7 +33,7 @@ from envlock.lock.model import Artifact, FileEntry, Lock, NativeLib, Package, So
 from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches
 from envlock.store import Store
 from envlock.tags import abi_tag, platform_tags
-from envlock.transport import ProgressCallback, run_agent, transport_for
+from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
 from envlock.workspace import Workspace, cache_dir
 
 _BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
@@ -95,8 +95,19 @@ def capture(
     on_step: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     profile = load_profile(workspace, host)
-    transport = transport_for(profile)
-    step = on_step or (lambda _msg: None)
+    with open_transport(profile) as transport:
+        return _capture(workspace, profile, transport, options, on_progress, on_step or (lambda _msg: None))
+
+
+def _capture(
+    workspace: Workspace,
+    profile: HostProfile,
+    transport: Transport,
+    options: CaptureOptions,
+    on_progress: ProgressCallback | None,
+    step: Callable[[str], None],
+) -> CaptureResult:
+    host = profile.name
 
     step(f"snapshot {profile.venv} on {host}")
     args = ["snapshot", "--venv", profile.venv]
@@ -404,7 +415,7 @@ def build_lock(
     snapshot: dict[str, Any],
     traced: dict[str, _Origin],
     step: Callable[[str], None],
-    transport: Any,
+    transport: Transport,
     stats: dict[str, int],
     options: CaptureOptions,
 ) -> CaptureResult:
@@ -594,7 +605,7 @@ def _repack_key(dist: dict[str, Any], files: _DistFiles) -> str:
 
 def _repack(
     workspace: Workspace,
-    transport: Any,
+    transport: Transport,
     venv: str,
     wanted: list[tuple[dict[str, Any], _DistFiles]],
     store: Store,

@@ -19,11 +19,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     repack = sub.add_parser("repack", help="stream repacked wheels: a JSON header line, then the bytes")
     repack.add_argument("--venv", required=True)
     repack.add_argument("dist_infos", nargs="+")
+    have_p = sub.add_parser("have", help="which SHA256/NAME artifacts are already in DIR")
+    have_p.add_argument("--dir", required=True)
+    have_p.add_argument("items", nargs="*")
+    receive_p = sub.add_parser("receive", help="store framed artifacts from stdin into DIR")
+    receive_p.add_argument("--dir", required=True)
     sub.add_parser("ping", help="report the interpreter")
     args = parser.parse_args(argv)
 
     from envlock.agent.dists import DistError
     from envlock.agent.hashing import UnreadableFile
+    from envlock.agent.receive import ReceiveError
     from envlock.agent.snapshot import SnapshotError
 
     try:
@@ -38,6 +44,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             _emit(inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache))
         elif args.command == "repack":
             return _repack(args.venv, args.dist_infos)
+        elif args.command == "have":
+            from envlock.agent.receive import have
+
+            _emit({"present": have(args.dir, args.items)})
+        elif args.command == "receive":
+            from envlock.agent.receive import receive
+
+            _emit({"received": receive(args.dir, sys.stdin.buffer)})
         elif args.command == "ping":
             from envlock.agent.hostfacts import interpreter_facts
 
@@ -45,7 +59,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             parser.print_usage(sys.stderr)
             return 2
-    except (SnapshotError, UnreadableFile, DistError, OSError) as exc:
+    except (SnapshotError, UnreadableFile, DistError, ReceiveError, OSError, ValueError) as exc:
         sys.stderr.write("envlock-agent: error: %s\n" % exc)
         return 2
     return 0

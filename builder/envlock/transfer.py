@@ -1,0 +1,82 @@
+"""Push artifacts to a host's content-addressed drop (``DIR/<sha256>/<name>``).
+
+One ``have`` round trip finds what is already there, so a re-run sends only
+what is missing; the rest streams over one agent process, each file checked
+against its sha256 on arrival before it takes its final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envlock.transport import ProgressCallback, Transport, run_agent
+
+DEFAULT_REMOTE_DIR = "~/.cache/envlock/artifacts"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    sha256: str
+    name: str
+    path: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.sha256}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    sent: tuple[Item, ...]
+    already_there: tuple[Item, ...]
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(item.path.stat().st_size for item in self.sent)
+
+
+def push(
+    transport: Transport,
+    venv: str,
+    items: Sequence[Item],
+    remote_dir: str = DEFAULT_REMOTE_DIR,
+    on_progress: ProgressCallback | None = None,
+) -> PushResult:
+    """Make every item present on the host; return what had to be sent."""
+    answer = run_agent(transport, venv, ["have", "--dir", remote_dir, *(i.key for i in items)])
+    present = set(json.loads(answer)["present"])
+    missing = [i for i in items if i.key not in present]
+    if missing:
+        read_end, write_end = os.pipe()
+        writer = threading.Thread(target=_write_frames, args=(write_end, missing, on_progress), daemon=True)
+        writer.start()
+        try:
+            with os.fdopen(read_end, "rb") as stdin:
+                run_agent(transport, venv, ["receive", "--dir", remote_dir], stdin=stdin)
+        finally:
+            writer.join()
+    return PushResult(tuple(missing), tuple(i for i in items if i.key in present))
+
+
+def _write_frames(fd: int, items: list[Item], on_progress: ProgressCallback | None) -> None:
+    total = sum(i.path.stat().st_size for i in items)
+    done = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for item in items:
+                size = item.path.stat().st_size
+                header = {"sha256": item.sha256, "name": item.name, "size": size}
+                out.write(json.dumps(header).encode() + b"\n")
+                with open(item.path, "rb") as src:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                        done += len(chunk)
+                        if on_progress is not None:
+                            on_progress({"phase": "push", "done": done, "total": total})
+    except BrokenPipeError:
+        pass  # the agent died; run_agent reports why

@@ -1,0 +1,130 @@
+"""Reach a host: run the agent in its venv, locally or over SSH.
+
+``open_transport(profile)`` gives a context manager; ``run_agent`` runs one
+agent command through it. Only argument lists are executed locally; over SSH,
+where the remote side always goes through a shell, every word is quoted with
+``shlex.quote`` (see ``ssh.py``), so nothing from a profile or a lock is ever
+pasted into a shell string unquoted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from envlock.errors import AgentError, EnvlockError
+from envlock.hosts import HostProfile
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+AGENT_ERROR = "envlock-agent: error: "
+
+
+class Transport(Protocol):
+    """How envlock reaches a host."""
+
+    host: str
+
+    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
+        """The local command line that runs ``envlock-agent ARGS`` in ``venv``'s Python."""
+        ...
+
+    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+        """A clearer error for a failed agent start (no such venv, host unreachable), if any."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def open_transport(profile: HostProfile) -> Iterator[Transport]:
+    from envlock.transport.local import LocalTransport
+    from envlock.transport.ssh import SshTransport
+
+    transport: Transport = (
+        LocalTransport(host=profile.name) if profile.ssh is None else SshTransport.connect(profile)
+    )
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def _pump_stderr(stream: IO[bytes], on_progress: ProgressCallback | None, sink: list[str]) -> None:
+    for raw in stream:
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        if line.startswith("@progress "):
+            if on_progress is not None:
+                on_progress(json.loads(line[len("@progress ") :]))
+        elif line.startswith("@stats "):
+            if on_progress is not None:
+                on_progress({"phase": "stats", **json.loads(line[len("@stats ") :])})
+        elif line:
+            sink.append(line)
+
+
+def run_agent(
+    transport: Transport,
+    venv: str,
+    args: list[str],
+    *,
+    on_progress: ProgressCallback | None = None,
+    on_first_line: Callable[[bytes], None] | None = None,
+    stdin: IO[bytes] | None = None,
+) -> bytes:
+    """Run one agent command; return its stdout.
+
+    ``on_first_line`` sees stdout's first line as soon as the agent sends it,
+    while the agent works on. ``stdin`` is streamed to the agent.
+    """
+    argv = transport.agent_argv(venv, args)
+    errors: list[str] = []
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise EnvlockError(f"host {transport.host}: cannot start {argv[0]}: {exc.strerror}") from exc
+    assert proc.stderr is not None and proc.stdout is not None
+    pump = threading.Thread(target=_pump_stderr, args=(proc.stderr, on_progress, errors), daemon=True)
+    pump.start()
+    try:
+        stdout = b""
+        if on_first_line is not None:
+            stdout = proc.stdout.readline()
+            if stdout.endswith(b"\n"):
+                on_first_line(stdout)
+        stdout += proc.stdout.read()
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        pump.join()
+    if proc.returncode != 0:
+        reported = [e for e in errors if e.startswith(AGENT_ERROR)]
+        if reported:
+            raise AgentError(f"host {transport.host}: {reported[-1][len(AGENT_ERROR) :]}")
+        better = transport.diagnose(venv, proc.returncode, errors)
+        if better is not None:
+            raise better
+        tail = errors[-1] if errors else f"exit status {proc.returncode}"
+        raise AgentError(f"host {transport.host}: agent failed in {venv}: {tail}")
+    return stdout
+
+
+def bundle_key_and_bytes() -> tuple[str, Path]:
+    """The agent bundle's content key and local path (for shipping it to hosts)."""
+    from envlock.agent.bundle import bundle_path
+    from envlock.workspace import cache_dir
+
+    path = bundle_path(cache_dir())
+    return path.stem.removeprefix("envlock-agent-"), path

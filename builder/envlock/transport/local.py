@@ -1,0 +1,29 @@
+"""The local host: the agent runs as a subprocess of the venv's own Python."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from envlock.agent.bundle import bundle_dir
+from envlock.errors import EnvlockError
+from envlock.workspace import cache_dir
+
+
+@dataclass
+class LocalTransport:
+    host: str
+
+    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
+        python = os.path.join(venv, "bin", "python")
+        if not os.path.exists(python):
+            if not os.path.isdir(venv):
+                raise EnvlockError(f"host {self.host}: venv {venv}: no such directory")
+            raise EnvlockError(f"host {self.host}: {venv} is not a venv (no bin/python)")
+        return [python, "-I", str(bundle_dir(cache_dir())), *args]
+
+    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+        return None
+
+    def close(self) -> None:
+        return None

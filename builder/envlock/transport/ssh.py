@@ -1,0 +1,177 @@
+"""SSH hosts through the system OpenSSH client.
+
+Using the system client means ``~/.ssh/config`` aliases, keys, agents, jump
+hosts and known_hosts all work as they do for the user. One multiplexed
+connection per run (ControlMaster with a socket in a private directory,
+removed on close). The remote side runs every command through the login
+shell, so each word is quoted with ``shlex.quote``; nothing from a profile or
+a lock reaches that shell unquoted.
+
+The agent is shipped once per envlock version: a small bootstrap run by the
+venv's Python finds ``~/.cache/envlock/envlock-agent-<key>/`` on the host and
+runs it; when it is missing, the bundle is streamed over the same
+connection, checked against its sha256 and unpacked atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from envlock.errors import EnvlockError
+from envlock.hosts import HostProfile
+
+NEED_BUNDLE = 99
+BOOT = r"""
+import os, sys
+d = os.path.join(os.path.expanduser("~"), ".cache", "envlock", "envlock-agent-" + sys.argv[1])
+if not os.path.isfile(os.path.join(d, "__main__.py")):
+    sys.stderr.write("@need-bundle\n")
+    sys.exit(99)
+sys.path.insert(0, d)
+sys.argv = [d] + sys.argv[2:]
+import runpy
+runpy.run_module("envlock.agent", run_name="__main__", alter_sys=True)
+"""
+INSTALL = r"""
+import hashlib, io, os, shutil, sys, tempfile, zipfile
+key, want = sys.argv[1], sys.argv[2]
+data = sys.stdin.buffer.read()
+got = hashlib.sha256(data).hexdigest()
+if got != want:
+    sys.stderr.write("envlock-agent: error: agent bundle damaged: sha256 %s, not %s\n" % (got, want))
+    sys.exit(2)
+base = os.path.join(os.path.expanduser("~"), ".cache", "envlock")
+os.makedirs(base, exist_ok=True)
+tmp = tempfile.mkdtemp(prefix=".envlock-agent-" + key + ".", dir=base)
+zipfile.ZipFile(io.BytesIO(data)).extractall(tmp)
+try:
+    os.rename(tmp, os.path.join(base, "envlock-agent-" + key))
+except OSError:
+    shutil.rmtree(tmp, ignore_errors=True)
+"""
+
+
+def _quote(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+@dataclass
+class SshTransport:
+    host: str
+    target: str
+    options: list[str]
+    control_dir: Path
+    bundle_key: str
+    bundle_path: Path
+    _shipped: bool = False
+
+    @classmethod
+    def connect(cls, profile: HostProfile) -> SshTransport:
+        """Open the shared connection; fail early with a clear reason."""
+        from envlock.transport import bundle_key_and_bytes
+
+        assert profile.ssh is not None
+        control_dir = Path(tempfile.mkdtemp(prefix="envlock-ssh-"))
+        options = [
+            "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=15",
+            "-o", "ServerAliveInterval=15",
+            "-o", f"ControlPath={control_dir}/cm",
+            *profile.ssh_args,
+        ]  # fmt: skip
+        key, path = bundle_key_and_bytes()
+        transport = cls(profile.name, profile.ssh, options, control_dir, key, path)
+        proc = subprocess.run(
+            [
+                "ssh",
+                *options,
+                "-o",
+                "ControlMaster=yes",
+                "-o",
+                "ControlPersist=yes",
+                "-f",
+                "-N",
+                "--",
+                profile.ssh,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            transport.close()
+            raise transport.connection_error(proc.stderr.strip().splitlines())
+        return transport
+
+    def connection_error(self, lines: list[str]) -> EnvlockError:
+        text = " ".join(lines[-3:]) if lines else "ssh failed"
+        who = f"host {self.host} ({self.target})"
+        if "Permission denied" in text:
+            return EnvlockError(f"{who}: authentication failed: {lines[-1]}")
+        if "Host key verification failed" in text:
+            return EnvlockError(f"{who}: host key verification failed (check known_hosts)")
+        return EnvlockError(f"{who}: cannot connect: {lines[-1] if lines else 'ssh failed'}")
+
+    def ssh_argv(self, remote: list[str]) -> list[str]:
+        return ["ssh", *self.options, "-o", "ControlMaster=no", "--", self.target, _quote(remote)]
+
+    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
+        if not self._shipped:
+            self._ship_agent(venv)
+        python = f"{venv.rstrip('/')}/bin/python"
+        return self.ssh_argv([python, "-I", "-c", BOOT, self.bundle_key, *args])
+
+    def _ship_agent(self, venv: str) -> None:
+        python = f"{venv.rstrip('/')}/bin/python"
+        probe = subprocess.run(
+            self.ssh_argv([python, "-I", "-c", BOOT, self.bundle_key, "ping"]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == NEED_BUNDLE and "@need-bundle" in probe.stderr:
+            data = self.bundle_path.read_bytes()
+            sha = hashlib.sha256(data).hexdigest()
+            sent = subprocess.run(
+                self.ssh_argv([python, "-I", "-c", INSTALL, self.bundle_key, sha]),
+                input=data,
+                capture_output=True,
+            )
+            if sent.returncode != 0:
+                lines = sent.stderr.decode("utf-8", "replace").strip().splitlines()
+                raise self.diagnose(venv, sent.returncode, lines) or EnvlockError(
+                    f"host {self.host}: cannot install the agent: {lines[-1] if lines else sent.returncode}"
+                )
+        elif probe.returncode != 0:
+            lines = probe.stderr.strip().splitlines()
+            raise self.diagnose(venv, probe.returncode, lines) or EnvlockError(
+                f"host {self.host}: agent failed in {venv}: {lines[-1] if lines else probe.returncode}"
+            )
+        self._shipped = True
+
+    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+        if returncode == 255:
+            return self.connection_error(stderr_lines)
+        if returncode in (126, 127):
+            check = subprocess.run(
+                self.ssh_argv(["test", "-d", venv]), stdin=subprocess.DEVNULL, capture_output=True
+            )
+            if check.returncode != 0:
+                return EnvlockError(f"host {self.host}: venv {venv}: no such directory")
+            return EnvlockError(f"host {self.host}: {venv} is not a venv (no bin/python)")
+        return None
+
+    def close(self) -> None:
+        if (self.control_dir / "cm").exists():
+            subprocess.run(
+                ["ssh", *self.options, "-O", "exit", "--", self.target],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+            )
+        shutil.rmtree(self.control_dir, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""Remote hosts over a real sshd on loopback, each in its own mount namespace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Reference
+from envlock.errors import EnvlockError
+from envlock.hosts import parse_profile
+from envlock.transfer import Item, push
+from envlock.transport import open_transport
+from helpers import ENVLOCK, UV, run_envlock
+from sshrig import VENV_PATH, SshRig
+
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+
+
+def _python(minor: str) -> str:
+    found = sorted(PYENV.glob(f"{minor}.*/bin/python{minor}"))
+    assert found, f"CPython {minor} missing under {PYENV}"
+    return str(found[-1])
+
+
+@pytest.fixture(scope="session")
+def rig(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Iterator[SshRig]:
+    rig = SshRig.start(tmp_path_factory.mktemp("ssh"), ("ct-a", "ct-b"))
+    try:
+        for alias, minor in (("ct-a", "3.12"), ("ct-b", "3.8")):
+            for argv in (
+                [UV, "venv", "-q", "--python", _python(minor), VENV_PATH],
+                [
+                    "env",
+                    "UV_LINK_MODE=copy",
+                    UV,
+                    "pip",
+                    "install",
+                    "-q",
+                    "--python",
+                    f"{VENV_PATH}/bin/python",
+                    "--index-url",
+                    reference.index.url,
+                    "alpha==1.0",
+                    "six==1.17.0",
+                ],
+            ):
+                proc = rig.run(alias, argv)
+                assert proc.returncode == 0, proc.stderr
+        yield rig
+    finally:
+        rig.stop()
+
+
+def _workspace(root: Path, host: str, text: str) -> Path:
+    (root / "hosts").mkdir(parents=True, exist_ok=True)
+    (root / "hosts" / f"{host}.toml").write_text(text)
+    return root
+
+
+def test_capture_over_ssh_writes_the_same_lock_as_a_local_capture(
+    rig: SshRig, reference: Reference, tmp_path: Path
+) -> None:
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    remote_ws = _workspace(tmp_path / "remote", "ct129", rig.profile("ct-a", extra=index))
+    proc = run_envlock(remote_ws, "capture", "ct129", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    packages = {p["name"]: p["source"] for p in json.loads(proc.stdout)["result"]["packages"]}
+    assert packages == {"alpha": "index", "beta": "index", "six": "index"}
+    assert list((rig.base / "ct-a" / "cache").glob("envlock-agent-*/__main__.py")), "agent not shipped"
+
+    local_ws = _workspace(tmp_path / "local", "ct129", f'venv = "{VENV_PATH}"\n{index}')
+    on_host = rig.run("ct-a", [ENVLOCK, "capture", "ct129", "--root", str(local_ws)])
+    assert on_host.returncode == 0, on_host.stderr
+    remote_lock = (remote_ws / "locks/pylock.ct129.toml").read_bytes()
+    assert remote_lock == (local_ws / "locks/pylock.ct129.toml").read_bytes()
+    assert b'abi = "cp312"' in remote_lock
+    assert (remote_ws / "locks/pylock.ct129.files.tsv").read_bytes() == (
+        local_ws / "locks/pylock.ct129.files.tsv"
+    ).read_bytes()
+
+
+def test_two_hosts_same_path_different_pythons(rig: SshRig, reference: Reference, tmp_path: Path) -> None:
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a", extra=index))
+    (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-b", extra=index))
+    for host in ("ct129", "ct200"):
+        proc = run_envlock(root, "capture", host)
+        assert proc.returncode == 0, proc.stderr
+    assert 'abi = "cp312"' in (root / "locks/pylock.ct129.toml").read_text()
+    assert 'abi = "cp38"' in (root / "locks/pylock.ct200.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("alias", "venv", "needle"),
+    [
+        ("closedport", VENV_PATH, "cannot connect"),
+        ("wrongkey", VENV_PATH, "authentication failed"),
+        ("ct-a", f"{VENV_PATH}/nowhere", f"venv {VENV_PATH}/nowhere: no such directory"),
+        ("ct-a", f"{VENV_PATH}/lib", "is not a venv (no bin/python)"),
+    ],
+)
+def test_clear_errors(rig: SshRig, tmp_path: Path, alias: str, venv: str, needle: str) -> None:
+    root = _workspace(tmp_path, "ct200", rig.profile(alias, venv=venv))
+    proc = run_envlock(root, "capture", "ct200")
+    assert proc.returncode == 2, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "ct200" in lines[0], proc.stderr
+    assert not (root / "locks").exists()
+
+
+def _items(directory: Path, sizes: list[int]) -> list[Item]:
+    directory.mkdir(parents=True, exist_ok=True)
+    items = []
+    for i, size in enumerate(sizes):
+        path = directory / f"artifact{i}-1.0-py3-none-any.whl"
+        path.write_bytes(os.urandom(size))
+        items.append(Item(hashlib.sha256(path.read_bytes()).hexdigest(), path.name, path))
+    return items
+
+
+def test_push_sends_only_what_is_missing(rig: SshRig, tmp_path: Path) -> None:
+    profile = parse_profile(
+        "ct-a", {"venv": VENV_PATH, "ssh": "ct-a", "ssh_args": ["-F", str(rig.config)]}, tmp_path
+    )
+    items = _items(tmp_path / "art", [10, 20_000, 3_000_000])
+    with open_transport(profile) as transport:
+        first = push(transport, VENV_PATH, items[:2], remote_dir="~/.cache/envlock/push-test")
+        assert [i.name for i in first.sent] == [items[0].name, items[1].name]
+        second = push(transport, VENV_PATH, items, remote_dir="~/.cache/envlock/push-test")
+        assert [i.name for i in second.sent] == [items[2].name]
+        assert len(second.already_there) == 2
+    landed = rig.base / "ct-a" / "cache" / "push-test"
+    for item in items:
+        assert hashlib.sha256((landed / item.sha256 / item.name).read_bytes()).hexdigest() == item.sha256
+
+
+def test_transfer_killed_midway_leaves_no_corrupt_file(rig: SshRig, tmp_path: Path) -> None:
+    profile = parse_profile(
+        "ct-a", {"venv": VENV_PATH, "ssh": "ct-a", "ssh_args": ["-F", str(rig.config)]}, tmp_path
+    )
+    (big,) = _items(tmp_path / "big", [256 * 1024 * 1024])
+    remote = "~/.cache/envlock/kill-test"
+    incoming = rig.base / "ct-a" / "cache" / "kill-test" / ".incoming"
+    errors: list[BaseException] = []
+
+    def run_push() -> None:
+        try:
+            with open_transport(profile) as transport:
+                push(transport, VENV_PATH, [big], remote_dir=remote)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_push)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        parts = list(incoming.glob("*.part")) if incoming.exists() else []
+        if parts and parts[0].stat().st_size > 1 << 20:
+            break
+        time.sleep(0.005)
+    else:
+        pytest.fail("the transfer never started")
+    # "[r]eceive" matches the agent but not the shell that runs pkill.
+    killed = rig.run("ct-a", ["pkill", "-9", "-f", "[r]eceive --dir " + remote])
+    assert killed.returncode == 0, killed.stderr
+    thread.join(timeout=60)
+    assert errors and isinstance(errors[0], EnvlockError), errors
+    final = rig.base / "ct-a" / "cache" / "kill-test" / big.sha256 / big.name
+    assert not final.exists()
+
+    with open_transport(profile) as transport:
+        result = push(transport, VENV_PATH, [big], remote_dir=remote)
+    assert [i.name for i in result.sent] == [big.name]
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == big.sha256
+    assert list(incoming.glob("*.part")) == []
