@@ -14,9 +14,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import capture_bench
+import ssh_bench
 from common import DEFAULT_WORK
 
-BENCHES = {"capture": capture_bench}
+BENCHES = {"capture": capture_bench, "ssh": ssh_bench}
 
 
 def main() -> int:

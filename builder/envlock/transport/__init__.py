@@ -22,6 +22,7 @@ from envlock.hosts import HostProfile
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 AGENT_ERROR = "envlock-agent: error: "
+NEED_AGENT = "@need-bundle"  # the SSH bootstrap's word for "send me the agent"
 
 
 class Transport(Protocol):
@@ -35,6 +36,10 @@ class Transport(Protocol):
 
     def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
         """A clearer error for a failed agent start (no such venv, host unreachable), if any."""
+        ...
+
+    def repair(self, venv: str, returncode: int, stderr_lines: list[str]) -> bool:
+        """Fix what made the agent fail to start (ship a missing agent); True: run again."""
         ...
 
     def close(self) -> None: ...
@@ -81,6 +86,28 @@ def run_agent(
     ``on_first_line`` sees stdout's first line as soon as the agent sends it,
     while the agent works on. ``stdin`` is streamed to the agent.
     """
+    try:
+        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin)
+    except _NeedsRepair as needs:
+        if not transport.repair(venv, needs.returncode, needs.stderr_lines):
+            raise needs.error from None
+        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin)
+
+
+class _NeedsRepair(Exception):
+    def __init__(self, error: EnvlockError, returncode: int, stderr_lines: list[str]) -> None:
+        super().__init__(str(error))
+        self.error, self.returncode, self.stderr_lines = error, returncode, stderr_lines
+
+
+def _run_agent_once(
+    transport: Transport,
+    venv: str,
+    args: list[str],
+    on_progress: ProgressCallback | None,
+    on_first_line: Callable[[bytes], None] | None,
+    stdin: IO[bytes] | None,
+) -> bytes:
     argv = transport.agent_argv(venv, args)
     errors: list[str] = []
     try:
@@ -113,6 +140,9 @@ def run_agent(
         reported = [e for e in errors if e.startswith(AGENT_ERROR)]
         if reported:
             raise AgentError(f"host {transport.host}: {reported[-1][len(AGENT_ERROR) :]}")
+        if not stdout and any(line == NEED_AGENT for line in errors):
+            error = AgentError(f"host {transport.host}: the agent is not installed there")
+            raise _NeedsRepair(error, proc.returncode, errors)
         better = transport.diagnose(venv, proc.returncode, errors)
         if better is not None:
             raise better

@@ -25,5 +25,8 @@ class LocalTransport:
     def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
         return None
 
+    def repair(self, venv: str, returncode: int, stderr_lines: list[str]) -> bool:
+        return False
+
     def close(self) -> None:
         return None
