@@ -105,7 +105,8 @@ def report(results: dict[str, object]) -> str:
             row("ssh_warm", "capture over SSH, warm"),
             row("repush_100_present", "push 100 artifacts already on the host (connection included)"),
             "",
-            f"SSH overhead, cold: {results['overhead_cold']:+.1%}; warm: {results['overhead_warm']:+.1%} (target <= 15%)",
+            f"SSH overhead, cold: {results['overhead_cold']:+.1%}; "
+            f"warm: {results['overhead_warm']:+.1%} (target <= 15%)",
             f"re-push sent {results['repush_sent']} of 100 (target: 0, under 1 s)",
         ]
     )
