@@ -1,0 +1,174 @@
+"""Assemble the Lock and its manifest from a snapshot and the traced origins."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envlock.capture.files import (
+    DistFiles,
+    collect_files,
+    scaffold_rows,
+    top_level_names,
+    unowned_paths,
+)
+from envlock.capture.origins import Origin, index_config
+from envlock.capture.repack import repack_dists
+from envlock.capture.result import CaptureOptions, CaptureResult
+from envlock.hosts import HostProfile
+from envlock.lock.digest import tree_digest, venv_digest
+from envlock.lock.io import render_lock, write_lock
+from envlock.lock.manifest import manifest_sha256, render_manifest
+from envlock.lock.model import FileEntry, Lock, Package
+from envlock.store import Store
+from envlock.tags import abi_tag, platform_tags
+from envlock.transport import Transport
+from envlock.workspace import Workspace
+
+
+def build_lock(
+    workspace: Workspace,
+    profile: HostProfile,
+    snapshot: dict[str, Any],
+    traced: dict[str, Origin],
+    step: Callable[[str], None],
+    transport: Transport,
+    stats: dict[str, int],
+    options: CaptureOptions,
+) -> CaptureResult:
+    host = profile.name
+    warnings: list[str] = []
+    snapshot["_files"] = {row[0]: (row[1], row[2], row[3]) for row in snapshot["files"]}
+    snapshot["_links"] = dict(snapshot["links"])
+    indexes, find_links = index_config(profile, snapshot)
+    store = Store(workspace.store_dir)
+
+    owners: dict[str, str] = {}
+    per_dist: list[tuple[dict[str, Any], DistFiles, Origin]] = []
+    for dist in snapshot["dists"]:
+        files = collect_files(snapshot, dist, owners, warnings)
+        origin = traced[dist["dist_info"]]
+        warnings.extend(origin.warnings)
+        if files.modified or files.missing:
+            # The live venv is what works: freeze it as it is, patches and
+            # deletions included, and keep the wheel it came from as origin.
+            changes = []
+            if files.modified:
+                changes.append(f"{len(files.modified)} file(s) differ from RECORD")
+            if files.missing:
+                changes.append(f"{len(files.missing)} file(s) missing")
+            origin = Origin("repacked", reason="hand-patched: " + ", ".join(changes), origin=origin.artifact)
+        per_dist.append((dist, files, origin))
+
+    wanted = [(d, f) for d, f, o in per_dist if o.source == "repacked"]
+    repacked = repack_dists(workspace, transport, profile.venv, wanted, store, step, options.use_cache)
+
+    packages: list[Package] = []
+    manifest_rows: list[FileEntry] = []
+    for dist, files, origin in per_dist:
+        name = canonicalize_name(dist["name"])
+        artifact = repacked[dist["dist_info"]] if origin.source == "repacked" else origin.artifact
+        assert artifact is not None
+        scripts = {}
+        for rel, encoded in snapshot["entry_point_scripts"].items():
+            if owners.get(rel) == name:
+                scripts[rel] = store.put_blob(base64.b64decode(encoded))
+        manifest_rows.extend(files.entries)
+        packages.append(
+            Package(
+                name=name,
+                version=dist["version"],
+                wheel=artifact,
+                source=origin.source,
+                index=origin.index,
+                requires_python=dist["requires_python"],
+                installer=dist["installer"],
+                requested=dist["requested"],
+                requires_dist=tuple(dist["requires_dist"]),
+                top_level=top_level_names(dist, files.entries),
+                wheel_tags=tuple(dist["wheel"]["tags"]),
+                tree_digest=tree_digest(files.entries),
+                file_count=len(files.entries),
+                size=sum(e.size for e in files.entries),
+                editable=bool((dist["direct_url"] or {}).get("dir_info", {}).get("editable")),
+                modified=tuple(sorted(files.modified)),
+                missing=tuple(sorted(files.missing)),
+                reason=origin.reason,
+                origin=origin.origin,
+                direct_url=dist["direct_url"],
+                scripts=scripts,
+                native=tuple(files.native),
+            )
+        )
+
+    unowned = unowned_paths(snapshot, owners, manifest_rows)
+    for egg in snapshot["egg_infos"]:
+        warnings.append(f"{egg}: legacy egg-info distribution is not captured; reinstall it as a wheel")
+    if unowned:
+        warnings.append(f"{len(unowned)} file(s) belong to no distribution and will not be rebuilt")
+    interpreter = snapshot["interpreter"]
+    plat = snapshot["platform"]
+    lock = Lock(
+        host=host,
+        role="reference",
+        venv=snapshot["venv"],
+        site=snapshot["site"],
+        digest=venv_digest(interpreter["version"], [(p.name, p.version, p.tree_digest) for p in packages]),
+        interpreter={
+            "implementation": interpreter["implementation"],
+            "version": interpreter["version"],
+            "abi": abi_tag(interpreter),
+            "soabi": interpreter["soabi"] or "",
+            "ext-suffix": interpreter["ext_suffix"] or "",
+            "gil-disabled": interpreter["py_gil_disabled"],
+        },
+        platform={
+            "system": plat["system"],
+            "machine": plat["machine"],
+            "libc": plat["libc"] or "",
+            "libc-version": plat["libc_version"] or "",
+            "platform-tags": platform_tags(plat["machine"], plat["libc"], plat["libc_version"]),
+        },
+        pyvenv={
+            k: v
+            for k, v in snapshot["pyvenv_cfg"].items()
+            if k in ("home", "include-system-site-packages", "version", "version_info")
+        },
+        indexes=indexes,
+        find_links=find_links,
+        packages=tuple(sorted(packages, key=lambda p: p.name)),
+        manifest_sha256="",
+        manifest_files=len(manifest_rows),
+        gpu=gpu_facts(snapshot, profile),
+        unowned=tuple(unowned),
+    )
+    extra_rows = scaffold_rows(snapshot, owners)
+    manifest = render_manifest(manifest_rows + extra_rows)
+    lock = replace(lock, manifest_sha256=manifest_sha256(manifest), manifest_files=manifest.count(b"\n") - 1)
+    lock_path = workspace.lock_path(host)
+    manifest_path = workspace.manifest_path(host)
+    changed = not (
+        lock_path.is_file()
+        and manifest_path.is_file()
+        and lock_path.read_bytes() == render_lock(lock)
+        and manifest_path.read_bytes() == manifest
+    )
+    if changed and options.write:
+        write_lock(lock, lock_path, manifest_path, manifest)
+    rows = tuple(manifest_rows) + tuple(extra_rows)
+    return CaptureResult(lock, lock_path, manifest_path, changed, stats, tuple(warnings), rows)
+
+
+def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> dict[str, Any] | None:
+    if snapshot.get("gpu"):
+        return {"source": "nvidia-smi", "devices": snapshot["gpu"]}
+    if profile.gpu is not None:
+        gpu: dict[str, Any] = {"source": "profile", "cc": list(profile.gpu.cc)}
+        if profile.gpu.driver:
+            gpu["driver"] = profile.gpu.driver
+        return gpu
+    return None

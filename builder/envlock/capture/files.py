@@ -1,0 +1,176 @@
+"""Which files belong to which distribution, and how they appear in the manifest.
+
+Paths come from the agent relative to the venv root; the lock writes the
+site-packages directory as ``site-packages/`` so rows compare across Python
+minor versions (see docs/lock-format.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envlock.lock.model import FileEntry, NativeLib
+
+BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
+
+
+# Written by venv creators (python -m venv, uv venv, virtualenv), not by any wheel.
+SCAFFOLD = (
+    "pyvenv.cfg",
+    "lib64",
+    ".lock",
+    ".gitignore",
+    "CACHEDIR.TAG",
+    "bin/python",
+    "bin/activate",
+    "bin/Activate.ps1",
+    "bin/deactivate",
+    "bin/pydoc",
+)
+
+
+@dataclass
+class DistFiles:
+    entries: list[FileEntry] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    native: list[NativeLib] = field(default_factory=list)
+
+
+def lock_path_of(site: str, venv_rel: str) -> str:
+    """``lib/python3.11/site-packages/x`` -> ``site-packages/x``: stable across Pythons."""
+    if venv_rel.startswith(site + "/"):
+        return "site-packages/" + venv_rel[len(site) + 1 :]
+    return venv_rel
+
+
+def b64_sha256(hex_digest: str) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(hex_digest)).rstrip(b"=").decode()
+
+
+def collect_files(
+    snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[str, str], warnings: list[str]
+) -> DistFiles:
+    site = snapshot["site"]
+    files = snapshot["_files"]
+    links = snapshot["_links"]
+    normalized = snapshot["bin_normalized"]
+    name = canonicalize_name(dist["name"])
+    out = DistFiles()
+    for path, digest, _size in dist["record"]:
+        if "/." in path or path.startswith((".", "/")):
+            rel = posixpath.normpath(posixpath.join(site, path))
+        else:
+            rel = f"{site}/{path}"  # already normal: skip the costly normpath
+        if rel.startswith("../"):
+            warnings.append(f"{name}: RECORD row {path!r} points outside the venv; not captured")
+            continue
+        parts = rel.split("/")
+        if "__pycache__" in parts or rel.endswith(".pyc"):
+            continue
+        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+            continue
+        owners[rel] = name
+        shown = lock_path_of(site, rel)
+        if rel in files:
+            sha, size, executable = files[rel]
+            if digest.startswith("sha256=") and b64_sha256(sha) != digest:
+                out.modified.append(shown)
+            if rel in normalized:
+                sha, size = normalized[rel]
+            out.entries.append(
+                FileEntry(owner=name, path=shown, sha256=sha, size=size, kind="x" if executable else "f")
+            )
+            facts = snapshot["native"].get(rel)
+            if facts is not None:
+                out.native.append(native_lib(shown, files[rel][0], facts))
+        elif rel in links:
+            out.entries.append(FileEntry(owner=name, path=shown, sha256=links[rel], size=0, kind="l"))
+        else:
+            out.missing.append(shown)
+    return out
+
+
+def native_lib(path: str, sha: str, facts: dict[str, Any]) -> NativeLib:
+    if "error" in facts:
+        return NativeLib(path=path, sha256=sha, error=facts["error"])
+    return NativeLib(
+        path=path,
+        sha256=sha,
+        soname=facts.get("soname"),
+        needed=tuple(facts.get("needed", [])),
+        rpath=tuple(facts.get("rpath", [])),
+        runpath=tuple(facts.get("runpath", [])),
+        version_needs=facts.get("version_needs", {}),
+        cuda_sections=facts.get("cuda_sections", {}),
+    )
+
+
+def top_level_names(dist: dict[str, Any], entries: list[FileEntry]) -> tuple[str, ...]:
+    if dist.get("top_level"):
+        return tuple(dist["top_level"])
+    names: set[str] = set()
+    for entry in entries:
+        if not entry.path.startswith("site-packages/"):
+            continue
+        parts = entry.path[len("site-packages/") :].split("/")
+        head = parts[0]
+        if head.endswith((".dist-info", ".pth", ".data")) or head.startswith("."):
+            continue
+        if len(parts) == 1:
+            if head.endswith(".py"):
+                names.add(head[:-3])
+            elif head.endswith(".so"):
+                names.add(head.split(".", 1)[0])
+        elif head.isidentifier():
+            names.add(head)
+    return tuple(sorted(names))
+
+
+def is_scaffold(rel: str) -> bool:
+    return rel in SCAFFOLD or rel.startswith(SCAFFOLD[5:])
+
+
+def unowned_paths(snapshot: dict[str, Any], owners: dict[str, str], rows: list[FileEntry]) -> list[str]:
+    site = snapshot["site"]
+    result = []
+    for rel in list(snapshot["_files"]) + list(snapshot["_links"]):
+        if rel in owners or is_scaffold(rel):
+            continue
+        parts = rel.split("/")
+        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+            continue
+        result.append(lock_path_of(site, rel))
+    return sorted(result)
+
+
+def scaffold_rows(snapshot: dict[str, Any], owners: dict[str, str]) -> list[FileEntry]:
+    """Manifest rows for files no distribution owns: ``:venv`` scaffold or ``:unowned``."""
+    site = snapshot["site"]
+    rows = []
+    for rel, (sha, size, executable) in snapshot["_files"].items():
+        if rel in owners:
+            continue
+        parts = rel.split("/")
+        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+            continue
+        owner = ":venv" if is_scaffold(rel) else ":unowned"
+        rows.append(
+            FileEntry(
+                owner=owner,
+                path=lock_path_of(site, rel),
+                sha256=sha,
+                size=size,
+                kind="x" if executable else "f",
+            )
+        )
+    for rel, target in snapshot["_links"].items():
+        if rel not in owners:
+            owner = ":venv" if is_scaffold(rel) else ":unowned"
+            rows.append(FileEntry(owner=owner, path=lock_path_of(site, rel), sha256=target, size=0, kind="l"))
+    return rows

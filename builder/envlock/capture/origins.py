@@ -1,0 +1,124 @@
+"""Where each distribution's bytes come from: index wheel, direct wheel, or repack."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from envlock.capture.result import CaptureOptions
+from envlock.errors import CaptureError, IndexError_
+from envlock.hosts import HostProfile
+from envlock.index import IndexClient, IndexFile
+from envlock.lock.model import Artifact, Source
+from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches
+from envlock.workspace import cache_dir
+
+
+@dataclass
+class Origin:
+    source: Source
+    artifact: Artifact | None = None
+    index: str | None = None
+    reason: str | None = None
+    origin: Artifact | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def index_config(profile: HostProfile, described: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # A profile's [index] replaces the host's pip configuration as a whole.
+    if profile.index is not None:
+        return profile.index.urls, profile.index.find_links
+    pip = described["pip_config"]
+    return tuple(pip["urls"]), tuple(pip["find_links"])
+
+
+def trace_origins(
+    profile: HostProfile,
+    described: dict[str, Any],
+    options: CaptureOptions,
+    stop: threading.Event | None = None,
+) -> dict[str, Origin]:
+    """Where each distribution's bytes come from, keyed by dist-info name.
+
+    Needs only the dist-info data, not the file hashes; hand patches found
+    later by comparing hashes with RECORD override the answer.
+    """
+    indexes, find_links = index_config(profile, described)
+    client = IndexClient(indexes, find_links)
+    cache = ProvenanceCache(cache_dir() / "provenance.json" if options.use_cache else None)
+    origins: dict[str, Origin] = {}
+    warnings: list[str] = []
+    for dist in described["dists"]:
+        if stop is not None and stop.is_set():
+            break  # the answer is no longer wanted (unchanged venv, or a failure)
+        if dist["direct_url"] is not None:
+            origin = direct_origin(client, dist)
+        else:
+            origin = index_origin(client, cache, indexes + find_links, dist, options, warnings)
+        origin.warnings = warnings
+        origins[dist["dist_info"]] = origin
+        warnings = []
+    cache.save()
+    return origins
+
+
+def direct_origin(client: IndexClient, dist: dict[str, Any]) -> Origin:
+    direct = dist["direct_url"]
+    url = direct.get("url", "")
+    if direct.get("dir_info", {}).get("editable"):
+        return Origin("repacked", reason=f"editable install of {url}")
+    if "vcs_info" in direct:
+        vcs = direct["vcs_info"]
+        return Origin(
+            "repacked",
+            reason=f"built from {vcs.get('vcs', 'vcs')} {url}@{vcs.get('commit_id', '?')}",
+        )
+    if "dir_info" in direct:
+        return Origin("repacked", reason=f"built locally from {url}")
+    archive = direct.get("archive_info", {})
+    if url.endswith(".whl"):
+        hashes = archive.get("hashes") or {}
+        sha = hashes.get("sha256")
+        if sha is None and str(archive.get("hash", "")).startswith("sha256="):
+            sha = archive["hash"].split("=", 1)[1]
+        file = IndexFile(url.rsplit("/", 1)[-1], url, sha, url)
+        try:
+            if record_matches(client.read_record(file), dist["record"], set(dist["console_scripts"])):
+                found = Artifact(filename=file.filename, sha256=client.wheel_sha256(file), url=url)
+                return Origin("direct", artifact=found)
+        except IndexError_ as exc:
+            return Origin("repacked", reason=f"direct wheel {url} unreadable ({exc})")
+        return Origin("repacked", reason=f"direct wheel {url} does not match the installed RECORD")
+    return Origin("repacked", reason=f"built from {url}")
+
+
+def index_origin(
+    client: IndexClient,
+    cache: ProvenanceCache,
+    sources: tuple[str, ...],
+    dist: dict[str, Any],
+    options: CaptureOptions,
+    warnings: list[str],
+) -> Origin:
+    key = ProvenanceCache.key(dist, sources)
+    found: Found | None = cache.get(key)
+    if found is None:
+        try:
+            found = find_on_index(client, dist)
+        except IndexError_ as exc:
+            if not options.allow_unreachable_index:
+                raise CaptureError(
+                    f"{exc} (while tracing {dist['name']} {dist['version']}; "
+                    "--allow-unreachable-index repacks instead)"
+                ) from exc
+            warnings.append(f"{dist['name']}: {exc}; repacked, index hash unknown")
+            return Origin("repacked", reason=f"index unreachable ({exc}); index hash unknown")
+        if found is not None:
+            cache.put(key, found)
+    if found is None:
+        return Origin(
+            "repacked",
+            reason=f"no wheel on {', '.join(sources) or 'any index'} matches the installed RECORD",
+        )
+    return Origin("index", artifact=found.artifact, index=found.index)
