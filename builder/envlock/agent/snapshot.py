@@ -11,11 +11,12 @@ import glob
 import hashlib
 import os
 import stat
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from envlock.agent import AGENT_PROTOCOL
 from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read_dist
 from envlock.agent.hashing import StatCache, hash_files
+from envlock.agent.layout import is_scaffold
 from envlock.agent.hostfacts import (
     gpu_facts,
     interpreter_facts,
@@ -119,14 +120,13 @@ def inventory(venv: str, dists: List[Dict[str, Any]], jobs: int, use_cache: bool
         file_rows.append([rel, sha, size, executable])
         if facts is not None:
             native[rel] = facts
-    script_names = {"bin/" + name for dist in dists for name in dist["console_scripts"]}
-    normalized, scripts = _bin_scripts(venv, [r for r in file_rows if r[0].startswith("bin/")], script_names)
+    normalized, scripts = _bin_scripts(venv, [r for r in file_rows if r[0].startswith("bin/")])
     return {
         "files": file_rows,
         "links": sorted([rel, target] for rel, target in links.items()),
         "native": native,
         "bin_normalized": normalized,
-        "entry_point_scripts": scripts,
+        "bin_files": scripts,
         "_stats": stats,
     }
 
@@ -137,14 +137,14 @@ def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any
     return described
 
 
-def _bin_scripts(
-    venv: str, rows: List[List[Any]], script_names: Set[str]
-) -> Tuple[Dict[str, List[Any]], Dict[str, str]]:
-    """Venv-path-free hashes of bin/ scripts, and the bytes of entry-point scripts.
+def _bin_scripts(venv: str, rows: List[List[Any]]) -> Tuple[Dict[str, List[Any]], Dict[str, str]]:
+    """Venv-path-free hashes of bin/ scripts, and the exact bytes of bin/ files.
 
     A script's shebang names the venv path; hashing it as ``#!python`` lets a
-    lock compare scripts across venv paths. Entry-point scripts are written by
-    the installer, not shipped in a wheel, so their exact bytes travel here.
+    lock compare scripts across venv paths. Installers write bin/ files
+    themselves (entry points from templates, shebangs rewritten), differently
+    from one installer to the next, so their exact bytes travel here and
+    apply puts them back.
     """
     normalized: Dict[str, List[Any]] = {}
     scripts: Dict[str, str] = {}
@@ -156,6 +156,6 @@ def _bin_scripts(
         if data.startswith(b"#!"):
             plain = unshebang(data)
             normalized[rel] = [hashlib.sha256(plain).hexdigest(), len(plain)]
-        if rel in script_names:
+        if not is_scaffold(rel):
             scripts[rel] = base64.b64encode(data).decode("ascii")
     return normalized, scripts

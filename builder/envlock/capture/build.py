@@ -74,7 +74,7 @@ def build_lock(
         artifact = repacked[dist["dist_info"]] if origin.source == "repacked" else origin.artifact
         assert artifact is not None
         scripts = {}
-        for rel, encoded in snapshot["entry_point_scripts"].items():
+        for rel, encoded in snapshot["bin_files"].items():
             if owners.get(rel) == name:
                 scripts[rel] = store.put_blob(base64.b64decode(encoded))
         manifest_rows.extend(files.entries)

@@ -14,24 +14,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
 from envlock.lock.model import FileEntry, NativeLib
-
-BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
-
-
-# Written by venv creators (python -m venv, uv venv, virtualenv), not by any wheel.
-SCAFFOLD = (
-    "pyvenv.cfg",
-    "lib64",
-    ".lock",
-    ".gitignore",
-    "CACHEDIR.TAG",
-    "bin/python",
-    "bin/activate",
-    "bin/Activate.ps1",
-    "bin/deactivate",
-    "bin/pydoc",
-)
 
 
 @dataclass
@@ -70,10 +54,7 @@ def collect_files(
         if rel.startswith("../"):
             warnings.append(f"{name}: RECORD row {path!r} points outside the venv; not captured")
             continue
-        parts = rel.split("/")
-        if "__pycache__" in parts or rel.endswith(".pyc"):
-            continue
-        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+        if is_bytecode(rel) or is_bookkeeping(rel):
             continue
         owners[rel] = name
         shown = lock_path_of(site, rel)
@@ -132,18 +113,13 @@ def top_level_names(dist: dict[str, Any], entries: list[FileEntry]) -> tuple[str
     return tuple(sorted(names))
 
 
-def is_scaffold(rel: str) -> bool:
-    return rel in SCAFFOLD or rel.startswith(SCAFFOLD[5:])
-
-
 def unowned_paths(snapshot: dict[str, Any], owners: dict[str, str], rows: list[FileEntry]) -> list[str]:
     site = snapshot["site"]
     result = []
     for rel in list(snapshot["_files"]) + list(snapshot["_links"]):
         if rel in owners or is_scaffold(rel):
             continue
-        parts = rel.split("/")
-        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+        if is_bookkeeping(rel):
             continue
         result.append(lock_path_of(site, rel))
     return sorted(result)
@@ -156,8 +132,7 @@ def scaffold_rows(snapshot: dict[str, Any], owners: dict[str, str]) -> list[File
     for rel, (sha, size, executable) in snapshot["_files"].items():
         if rel in owners:
             continue
-        parts = rel.split("/")
-        if len(parts) >= 2 and parts[-2].endswith(".dist-info") and parts[-1] in BOOKKEEPING:
+        if is_bookkeeping(rel):
             continue
         owner = ":venv" if is_scaffold(rel) else ":unowned"
         rows.append(
