@@ -18,7 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VENV_PATH = "/opt/envlock-test-venv"
+# Each host's private directory is bound here; the venv lives inside it so
+# that apply can rename it (a mount point itself cannot be renamed).
+HOST_ROOT = "/opt/envlock-test-host"
+VENV_PATH = HOST_ROOT + "/venv"
 SSHD = "/usr/sbin/sshd"
 
 
@@ -44,7 +47,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None
 class SshHost:
     alias: str
     port: int
-    root: Path  # what the host sees at VENV_PATH
+    root: Path  # what the host sees at HOST_ROOT
     proc: subprocess.Popen[bytes]
 
 
@@ -68,7 +71,7 @@ class SshRig:
         authorized = keys / "authorized_keys"
         shutil.copy(keys / "client_key.pub", authorized)
         authorized.chmod(0o600)
-        Path(VENV_PATH).mkdir(parents=True, exist_ok=True)
+        Path(HOST_ROOT).mkdir(parents=True, exist_ok=True)
         agent_cache = Path.home() / ".cache" / "envlock"
         agent_cache.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(exist_ok=True)
@@ -77,7 +80,7 @@ class SshRig:
         for alias in aliases:
             port = free_port()
             home = base / alias
-            (home / "venv").mkdir(parents=True)
+            (home / "root").mkdir(parents=True)
             (home / "cache").mkdir()
             sshd_config = home / "sshd_config"
             sshd_config.write_text(
@@ -88,7 +91,7 @@ class SshRig:
             )
             log = home / "sshd.log"
             script = (
-                f"mount --bind {home / 'venv'} {VENV_PATH} && "
+                f"mount --bind {home / 'root'} {HOST_ROOT} && "
                 f"mount --bind {home / 'cache'} {agent_cache} && "
                 f"exec {SSHD} -D -e -f {sshd_config}"
             )
@@ -99,7 +102,7 @@ class SshRig:
                     stderr=subprocess.STDOUT,
                 )
             _wait_listening(port, proc, log)
-            rig.hosts[alias] = SshHost(alias, port, home / "venv", proc)
+            rig.hosts[alias] = SshHost(alias, port, home / "root", proc)
             config += (
                 f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
                 f"  IdentityFile {keys / 'client_key'}\n  IdentitiesOnly yes\n"
@@ -123,6 +126,10 @@ class SshRig:
         return subprocess.run(  # type: ignore[call-overload, no-any-return]
             ["ssh", "-F", str(self.config), alias, remote], capture_output=True, text=True, **kwargs
         )
+
+    def venv_dir(self, alias: str) -> Path:
+        """Where this machine sees the host's VENV_PATH."""
+        return self.hosts[alias].root / "venv"
 
     def profile(self, alias: str, venv: str = VENV_PATH, extra: str = "") -> str:
         return f'venv = "{venv}"\nssh = "{alias}"\nssh_args = ["-F", "{self.config}"]\n{extra}'

@@ -180,3 +180,49 @@ def test_transfer_killed_midway_leaves_no_corrupt_file(rig: SshRig, tmp_path: Pa
     assert [i.name for i in result.sent] == [big.name]
     assert hashlib.sha256(final.read_bytes()).hexdigest() == big.sha256
     assert list(incoming.glob("*.part")) == []
+
+
+def _payload_bytes(venv: Path) -> dict[str, str]:
+    """Raw sha256 of every payload file (bin/ included, no normalisation)."""
+    skip = ("activate", "python", "Activate", "deactivate", "pydoc")
+    result = {}
+    for path in sorted(venv.rglob("*")):
+        rel = path.relative_to(venv).as_posix()
+        if path.is_symlink() or not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if (rel.startswith("bin/") and path.name.startswith(skip)) or rel == "pyvenv.cfg":
+            continue
+        if path.parent.name.endswith(".dist-info") and path.name in {
+            "INSTALLER",
+            "REQUESTED",
+            "RECORD",
+            "direct_url.json",
+            "uv_cache.json",
+        }:
+            continue
+        result[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return result
+
+
+def test_apply_over_ssh_same_path_is_byte_identical(
+    rig: SshRig, reference: Reference, tmp_path: Path
+) -> None:
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a", extra=index))
+    (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-b", extra=index))
+    assert run_envlock(root, "capture", "ct129").returncode == 0
+    for suffix in (".toml", ".files.tsv"):
+        (root / "locks" / f"pylock.ct200{suffix}").write_bytes(
+            (root / "locks" / f"pylock.ct129{suffix}").read_bytes()
+        )
+    proc = run_envlock(root, "apply", "ct200", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["result"]["host_report"]
+    assert report["previous"] == f"{VENV_PATH}.envlock-previous"
+    reference_bytes = _payload_bytes(rig.venv_dir("ct-a"))
+    assert any(k.startswith("bin/") for k in reference_bytes)
+    assert _payload_bytes(rig.venv_dir("ct-b")) == reference_bytes
+    smoke = rig.run("ct-b", [f"{VENV_PATH}/bin/alpha"])
+    assert smoke.stdout.strip() == "alpha", smoke.stderr
+    again = run_envlock(root, "apply", "ct200", "--format", "json")
+    assert json.loads(again.stdout)["result"]["noop"] is True

@@ -40,6 +40,7 @@ class HostProfile:
     name: str
     path: Path
     venv: str
+    python: str | None = None  # base interpreter for building venvs (default: the lock's pyvenv home)
     ssh: str | None = None
     ssh_args: tuple[str, ...] = ()
     reference: str | None = None
@@ -52,7 +53,7 @@ class HostProfile:
         return self.ssh is None
 
 
-_TOP_KEYS = {"venv", "ssh", "ssh_args", "reference", "gpu", "index", "smoke"}
+_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "reference", "gpu", "index", "smoke"}
 _GPU_KEYS = {"cc", "driver"}
 _INDEX_KEYS = {"urls", "find_links"}
 _SMOKE_KEYS = {"checks"}
@@ -115,6 +116,9 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         check.add("venv", "missing (the venv's absolute path on the host)")
     elif venv is not None and not venv.startswith("/"):
         check.add("venv", f"must be an absolute path, got {venv!r}")
+    python = check.string(data, "python")
+    if python is not None and not python.startswith("/"):
+        check.add("python", f"must be an absolute path, got {python!r}")
     ssh = check.string(data, "ssh")
     if ssh is not None and (ssh.startswith("-") or any(c.isspace() for c in ssh)):
         check.add("ssh", f"must be [user@]host or an ssh_config alias, got {ssh!r}")
@@ -158,6 +162,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         name=name,
         path=source,
         venv=venv,
+        python=python,
         ssh=ssh,
         ssh_args=ssh_args,
         reference=reference,

@@ -46,21 +46,25 @@ def push(
     items: Sequence[Item],
     remote_dir: str = DEFAULT_REMOTE_DIR,
     on_progress: ProgressCallback | None = None,
+    python: str | None = None,
 ) -> PushResult:
     """Make every item present on the host; return what had to be sent."""
-    answer = run_agent(transport, venv, ["have", "--dir", remote_dir, *(i.key for i in items)])
+    unique = list({i.key: i for i in items}.values())
+    answer = run_agent(
+        transport, venv, ["have", "--dir", remote_dir, *(i.key for i in unique)], python=python
+    )
     present = set(json.loads(answer)["present"])
-    missing = [i for i in items if i.key not in present]
+    missing = [i for i in unique if i.key not in present]
     if missing:
         read_end, write_end = os.pipe()
         writer = threading.Thread(target=_write_frames, args=(write_end, missing, on_progress), daemon=True)
         writer.start()
         try:
             with os.fdopen(read_end, "rb") as stdin:
-                run_agent(transport, venv, ["receive", "--dir", remote_dir], stdin=stdin)
+                run_agent(transport, venv, ["receive", "--dir", remote_dir], stdin=stdin, python=python)
         finally:
             writer.join()
-    return PushResult(tuple(missing), tuple(i for i in items if i.key in present))
+    return PushResult(tuple(missing), tuple(i for i in unique if i.key in present))
 
 
 def _write_frames(fd: int, items: list[Item], on_progress: ProgressCallback | None) -> None:

@@ -24,9 +24,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     have_p.add_argument("items", nargs="*")
     receive_p = sub.add_parser("receive", help="store framed artifacts from stdin into DIR")
     receive_p.add_argument("--dir", required=True)
+    apply_p = sub.add_parser(
+        "apply", help="build, verify, smoke and swap in a venv from a JSON plan on stdin"
+    )
+    apply_p.add_argument("--jobs", type=int, default=0)
+    applied_p = sub.add_parser("applied", help="is VENV what the last apply of DIGEST left?")
+    applied_p.add_argument("--venv", required=True)
+    applied_p.add_argument("--digest", required=True)
+    rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
+    rollback_p.add_argument("--venv", required=True)
     sub.add_parser("ping", help="report the interpreter")
     args = parser.parse_args(argv)
 
+    from envlock.agent.apply import ApplyError
     from envlock.agent.dists import DistError
     from envlock.agent.hashing import UnreadableFile
     from envlock.agent.receive import ReceiveError
@@ -52,6 +62,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             from envlock.agent.receive import receive
 
             _emit({"received": receive(args.dir, sys.stdin.buffer)})
+        elif args.command in ("apply", "applied", "rollback"):
+            from envlock.agent import apply as host_apply
+
+            if args.command == "apply":
+                plan = json.loads(sys.stdin.buffer.read())
+                _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
+            elif args.command == "applied":
+                _emit(host_apply.applied(args.venv, args.digest))
+            else:
+                _emit(host_apply.rollback(args.venv))
         elif args.command == "ping":
             from envlock.agent.hostfacts import interpreter_facts
 
@@ -59,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             parser.print_usage(sys.stderr)
             return 2
-    except (SnapshotError, UnreadableFile, DistError, ReceiveError, OSError, ValueError) as exc:
+    except (SnapshotError, UnreadableFile, DistError, ReceiveError, ApplyError, OSError, ValueError) as exc:
         sys.stderr.write("envlock-agent: error: %s\n" % exc)
         return 2
     return 0

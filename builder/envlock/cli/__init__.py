@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 
 from envlock import __version__
-from envlock.cli import capture_cmd, export_cmd
+from envlock.cli import apply_cmd, capture_cmd, export_cmd
 from envlock.cli.render import envelope
 from envlock.errors import EnvlockError, ExitCode
 
-COMMANDS = (capture_cmd, export_cmd)
+COMMANDS = (capture_cmd, export_cmd, apply_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

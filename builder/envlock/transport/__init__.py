@@ -30,15 +30,18 @@ class Transport(Protocol):
 
     host: str
 
-    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
-        """The local command line that runs ``envlock-agent ARGS`` in ``venv``'s Python."""
+    def agent_argv(self, venv: str, args: list[str], python: str | None = None) -> list[str]:
+        """The local command line that runs ``envlock-agent ARGS`` in ``venv``'s Python
+        (or in ``python``, for work that must not depend on the venv, like apply)."""
         ...
 
-    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+    def diagnose(
+        self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None
+    ) -> EnvlockError | None:
         """A clearer error for a failed agent start (no such venv, host unreachable), if any."""
         ...
 
-    def repair(self, venv: str, returncode: int, stderr_lines: list[str]) -> bool:
+    def repair(self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None) -> bool:
         """Fix what made the agent fail to start (ship a missing agent); True: run again."""
         ...
 
@@ -80,6 +83,7 @@ def run_agent(
     on_progress: ProgressCallback | None = None,
     on_first_line: Callable[[bytes], None] | None = None,
     stdin: IO[bytes] | None = None,
+    python: str | None = None,
 ) -> bytes:
     """Run one agent command; return its stdout.
 
@@ -87,11 +91,11 @@ def run_agent(
     while the agent works on. ``stdin`` is streamed to the agent.
     """
     try:
-        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin)
+        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin, python)
     except _NeedsRepair as needs:
-        if not transport.repair(venv, needs.returncode, needs.stderr_lines):
+        if not transport.repair(venv, needs.returncode, needs.stderr_lines, python):
             raise needs.error from None
-        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin)
+        return _run_agent_once(transport, venv, args, on_progress, on_first_line, stdin, python)
 
 
 class _NeedsRepair(Exception):
@@ -107,8 +111,9 @@ def _run_agent_once(
     on_progress: ProgressCallback | None,
     on_first_line: Callable[[bytes], None] | None,
     stdin: IO[bytes] | None,
+    python: str | None,
 ) -> bytes:
-    argv = transport.agent_argv(venv, args)
+    argv = transport.agent_argv(venv, args, python)
     errors: list[str] = []
     try:
         proc = subprocess.Popen(
@@ -143,7 +148,7 @@ def _run_agent_once(
         if not stdout and any(line == NEED_AGENT for line in errors):
             error = AgentError(f"host {transport.host}: the agent is not installed there")
             raise _NeedsRepair(error, proc.returncode, errors)
-        better = transport.diagnose(venv, proc.returncode, errors)
+        better = transport.diagnose(venv, proc.returncode, errors, python)
         if better is not None:
             raise better
         tail = errors[-1] if errors else f"exit status {proc.returncode}"

@@ -14,7 +14,11 @@ from envlock.workspace import cache_dir
 class LocalTransport:
     host: str
 
-    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
+    def agent_argv(self, venv: str, args: list[str], python: str | None = None) -> list[str]:
+        if python is not None:
+            if not os.path.exists(python):
+                raise EnvlockError(f"host {self.host}: no Python at {python}")
+            return [python, "-I", str(bundle_dir(cache_dir())), *args]
         python = os.path.join(venv, "bin", "python")
         if not os.path.exists(python):
             if not os.path.isdir(venv):
@@ -22,10 +26,12 @@ class LocalTransport:
             raise EnvlockError(f"host {self.host}: {venv} is not a venv (no bin/python)")
         return [python, "-I", str(bundle_dir(cache_dir())), *args]
 
-    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+    def diagnose(
+        self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None
+    ) -> EnvlockError | None:
         return None
 
-    def repair(self, venv: str, returncode: int, stderr_lines: list[str]) -> bool:
+    def repair(self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None) -> bool:
         return False
 
     def close(self) -> None:

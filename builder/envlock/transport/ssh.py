@@ -120,18 +120,18 @@ class SshTransport:
     def ssh_argv(self, remote: list[str]) -> list[str]:
         return ["ssh", *self.options, "-o", "ControlMaster=no", "--", self.target, _quote(remote)]
 
-    def agent_argv(self, venv: str, args: list[str]) -> list[str]:
+    def agent_argv(self, venv: str, args: list[str], python: str | None = None) -> list[str]:
         # No probe first: the bootstrap itself answers "@need-bundle" when the
         # agent is missing, run_agent calls repair() and runs again. Saves one
         # SSH session (about 0.1 s) on every run after the first.
-        python = f"{venv.rstrip('/')}/bin/python"
+        python = python or f"{venv.rstrip('/')}/bin/python"
         return self.ssh_argv([python, "-I", "-c", BOOT, self.bundle_key, *args])
 
-    def repair(self, venv: str, returncode: int, stderr_lines: list[str]) -> bool:
+    def repair(self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None) -> bool:
         """Ship the agent bundle; it is checked against its sha256 on arrival."""
         if returncode != NEED_BUNDLE:
             return False
-        python = f"{venv.rstrip('/')}/bin/python"
+        python = python or f"{venv.rstrip('/')}/bin/python"
         data = self.bundle_path.read_bytes()
         sha = hashlib.sha256(data).hexdigest()
         sent = subprocess.run(
@@ -146,9 +146,13 @@ class SshTransport:
             )
         return True
 
-    def diagnose(self, venv: str, returncode: int, stderr_lines: list[str]) -> EnvlockError | None:
+    def diagnose(
+        self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None
+    ) -> EnvlockError | None:
         if returncode == 255:
             return self.connection_error(stderr_lines)
+        if returncode in (126, 127) and python is not None:
+            return EnvlockError(f"host {self.host}: no Python at {python}")
         if returncode in (126, 127):
             check = subprocess.run(
                 self.ssh_argv(["test", "-d", venv]), stdin=subprocess.DEVNULL, capture_output=True

@@ -1,0 +1,402 @@
+"""Host side of ``envlock apply``: stage, install, put back bin/, verify, smoke, swap.
+
+One agent process does it all while holding an exclusive ``flock`` on
+``<venv>.envlock.lock``, so two applies never interleave, and a ``kill -9``
+releases the lock with the process. The live venv is touched only by the
+final swap, an atomic ``renameat2(RENAME_EXCHANGE)``: at every instant
+``<venv>`` is either the old venv or the new, verified one.
+
+Paths beside the venv: ``.envlock-staging`` (the venv being built; it holds
+a marker file until the swap), ``.envlock-previous`` (what the last apply
+replaced, for rollback), ``.envlock-applied.json`` (a stamp: the lock digest
+and the stat keys of every file, for the no-op check).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import IO, Any, Dict, List, Optional, Tuple
+
+from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.snapshot import find_site_packages, inventory, walk
+
+MARKER = ".envlock-staging"
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+class ApplyError(Exception):
+    """Apply stopped; the live venv is untouched. The message names the step."""
+
+
+def sibling(venv: str, suffix: str) -> str:
+    return venv.rstrip("/") + suffix
+
+
+def progress(phase: str, done: int, total: int, detail: str = "") -> None:
+    line = {"phase": phase, "done": done, "total": total, "detail": detail}
+    sys.stderr.write("@progress " + json.dumps(line) + "\n")
+    sys.stderr.flush()
+
+
+# ------------------------------------------------------------------ locking
+
+
+def take_lock(venv: str) -> IO[str]:
+    path = sibling(venv, ".envlock.lock")
+    os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held open for the whole apply, closed by the caller
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise ApplyError(
+            "another envlock apply is running on %s (pid %s holds %s)" % (venv, holder, path)
+        ) from exc
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+# ------------------------------------------------------------------ swapping
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap two paths atomically (Linux renameat2); refuse rather than fake it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise ApplyError("this host's libc has no renameat2: cannot swap atomically")
+    if renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise ApplyError("cannot swap %s and %s: %s" % (a, b, os.strerror(err)))
+
+
+def recover(venv: str) -> Optional[str]:
+    """Clean up after an apply that was killed; return what was done, if anything."""
+    staging = sibling(venv, ".envlock-staging")
+    if not os.path.lexists(staging):
+        return None
+    if os.path.exists(os.path.join(staging, MARKER)):
+        shutil.rmtree(staging)
+        return "removed an unfinished staging venv"
+    # No marker: the swap happened and the old venv sits at the staging path.
+    previous = sibling(venv, ".envlock-previous")
+    if os.path.lexists(previous):
+        shutil.rmtree(previous)
+    os.rename(staging, previous)
+    return "kept the venv replaced by an interrupted apply as the rollback copy"
+
+
+def swap_in(venv: str, staging: str) -> Optional[str]:
+    """Put ``staging`` at ``venv``; the old venv becomes ``.envlock-previous``."""
+    os.unlink(os.path.join(staging, MARKER))
+    previous = sibling(venv, ".envlock-previous")
+    if not os.path.lexists(venv):
+        os.rename(staging, venv)
+        return None
+    exchange(staging, venv)
+    if os.path.lexists(previous):
+        shutil.rmtree(previous)
+    os.rename(staging, previous)
+    return previous
+
+
+def rollback(venv: str) -> Dict[str, Any]:
+    handle = take_lock(venv)
+    try:
+        recover(venv)
+        previous = sibling(venv, ".envlock-previous")
+        if not os.path.isdir(previous):
+            raise ApplyError("no previous venv to roll back to (%s does not exist)" % previous)
+        if os.path.lexists(venv):
+            exchange(previous, venv)
+        else:
+            os.rename(previous, venv)
+        _forget_stamp(venv)
+        return {"venv": venv, "restored_from": previous}
+    finally:
+        handle.close()
+
+
+# ------------------------------------------------------------------ staging
+
+
+def _run(argv: List[str], step: str, timeout: int = 3600) -> None:
+    env = dict(os.environ, UV_NO_CONFIG="1", UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
+    try:
+        proc = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ApplyError("%s: %s" % (step, exc)) from exc
+    if proc.returncode != 0:
+        text = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+        raise ApplyError("%s failed: %s" % (step, text[-1] if text else "exit %d" % proc.returncode))
+
+
+def create_staging(plan: Dict[str, Any], staging: str) -> None:
+    base = plan["base_python"]
+    if not os.path.exists(base):
+        raise ApplyError("no Python %s at %s (the lock's pyvenv home)" % (plan["python_version"], base))
+    if plan["creator"] == "uv":
+        _run([plan["uv"], "venv", "-q", "--python", base, staging], "creating the staging venv")
+    else:
+        _run([base, "-m", "venv", "--without-pip", staging], "creating the staging venv")
+    with open(os.path.join(staging, MARKER), "w") as marker:
+        marker.write(str(os.getpid()))
+
+
+def install(plan: Dict[str, Any], staging: str) -> None:
+    lines = []
+    for wheel in plan["wheels"]:
+        path = os.path.expanduser(wheel["path"])
+        lines.append("%s @ file://%s --hash=sha256:%s" % (wheel["name"], path, wheel["sha256"]))
+    requirements = sibling(plan["venv"], ".envlock-requirements.txt")
+    with open(requirements, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    try:
+        _run(
+            [
+                plan["uv"], "pip", "install", "--python", os.path.join(staging, "bin", "python"),
+                "--offline", "--no-index", "--no-deps", "--require-hashes", "--link-mode", "copy",
+                "--no-cache", "-q", "-r", requirements,
+            ],
+            "installing %d wheels" % len(lines),
+        )  # fmt: skip
+    finally:
+        os.unlink(requirements)
+
+
+def relocate(data: bytes, old: str, new: str) -> bytes:
+    """Point a script's interpreter line at ``new`` instead of ``old``."""
+    head, tail = data[:512], data[512:]
+    return head.replace(old.encode() + b"/bin/", new.encode() + b"/bin/") + tail
+
+
+def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
+    """Put back bin/ files byte for byte; repoint every other script at the final path."""
+    venv = plan["venv"]
+    placed = 0
+    for rel, spec in sorted(plan["bin_files"].items()):
+        with open(os.path.expanduser(spec["path"]), "rb") as blob:
+            data = relocate(blob.read(), plan["source_venv"], venv)
+        target = os.path.join(staging, rel)
+        tmp = target + ".envlock-tmp"
+        with open(tmp, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, 0o755 if spec["executable"] else 0o644)
+        os.replace(tmp, target)
+        placed += 1
+    bindir = os.path.join(staging, "bin")
+    for name in os.listdir(bindir):
+        path = os.path.join(bindir, name)
+        rel = "bin/" + name
+        if rel in plan["bin_files"] or os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as stream:
+            data = stream.read()
+        moved = (
+            data.replace(staging.encode(), venv.encode())
+            if is_scaffold(rel)
+            else relocate(data, staging, venv)
+        )
+        if moved != data:
+            mode = os.stat(path).st_mode
+            with open(path, "wb") as out:
+                out.write(moved)
+            os.chmod(path, mode & 0o7777)
+    return placed
+
+
+# ------------------------------------------------------------------ verifying
+
+
+def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, Dict[str, Any]]:
+    """Every expected payload file present with the locked bytes; nothing else."""
+    site = find_site_packages(staging, tuple(int(x) for x in plan["python_version"].split(".")[:2]))  # type: ignore[arg-type]
+    expected: Dict[str, List[Any]] = {}
+    for path, sha, size, kind in plan["expected"]:
+        rel = site + path[len("site-packages") :] if path.startswith("site-packages/") else path
+        expected[rel] = [sha, size, kind]
+    found = inventory(staging, [], jobs=jobs, use_cache=False)
+    normalized = found["bin_normalized"]
+    problems: List[str] = []
+    seen = set()
+    for rel, sha, size, executable in found["files"]:
+        if is_bytecode(rel) or is_bookkeeping(rel) or is_scaffold(rel) or rel == MARKER:
+            continue
+        if rel in normalized:
+            sha, size = normalized[rel]
+        want = expected.get(rel)
+        if want is None:
+            problems.append("extra file %s" % rel)
+            continue
+        seen.add(rel)
+        kind = "x" if executable else "f"
+        if [sha, size, kind] != want:
+            problems.append(
+                "%s: got %s %d %s, locked %s %d %s"
+                % (rel, sha[:12], size, kind, want[0][:12], want[1], want[2])
+            )
+    for rel, target in found["links"]:
+        if rel in expected:
+            seen.add(rel)
+            if expected[rel][0] != target:
+                problems.append("%s: link to %s, locked %s" % (rel, target, expected[rel][0]))
+    for rel in sorted(set(expected) - seen):
+        problems.append("missing %s" % rel)
+    if problems:
+        more = " (and %d more)" % (len(problems) - 3) if len(problems) > 3 else ""
+        raise ApplyError("staged venv differs from the lock: %s%s" % ("; ".join(problems[:3]), more))
+    return len(seen), found
+
+
+# ------------------------------------------------------------------ smoke
+
+_SMOKE = r"""
+import json, sys, traceback
+results = []
+for kind, text in json.loads(sys.argv[1]):
+    try:
+        if kind == "module":
+            __import__(text)
+        else:
+            exec(compile(text, "<smoke check>", "exec"), {})
+        results.append([kind, text, None])
+    except BaseException as exc:
+        results.append([kind, text, "%s: %s" % (type(exc).__name__, exc)])
+print(json.dumps(results))
+"""
+
+
+def smoke(plan: Dict[str, Any], staging: str) -> List[List[Any]]:
+    """Import every top-level module and run the profile's checks in the staged venv."""
+    items = [["module", m] for m in plan["smoke_modules"]] + [["check", c] for c in plan["smoke_checks"]]
+    if not items:
+        return []
+    python = os.path.join(staging, "bin", "python")
+    try:
+        proc = subprocess.run(
+            [python, "-c", _SMOKE, json.dumps(items)],
+            capture_output=True,
+            timeout=plan.get("smoke_timeout", 600),
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ApplyError("smoke: importing the venv's modules took over %ss" % exc.timeout) from exc
+    if proc.returncode != 0:
+        raise ApplyError(
+            "smoke: the interpreter died (exit %d) importing the venv's modules" % proc.returncode
+        )
+    results: List[List[Any]] = json.loads(proc.stdout.decode("utf-8").strip().splitlines()[-1])
+    return results
+
+
+# ------------------------------------------------------------------ stamp (no-op check)
+
+
+def _stamp_path(venv: str) -> str:
+    return sibling(venv, ".envlock-applied.json")
+
+
+def _forget_stamp(venv: str) -> None:
+    if os.path.exists(_stamp_path(venv)):
+        os.unlink(_stamp_path(venv))
+
+
+def write_stamp(venv: str, digest: str) -> None:
+    files, links = walk(venv)
+    entries = {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
+    tmp = _stamp_path(venv) + ".tmp"
+    with open(tmp, "w") as out:
+        out.write(json.dumps({"digest": digest, "files": entries, "links": links}))
+    os.replace(tmp, _stamp_path(venv))
+
+
+def applied(venv: str, digest: str) -> Dict[str, Any]:
+    """Is ``venv`` exactly what the last apply of ``digest`` left? (stat keys, no hashing)"""
+    result: Dict[str, Any] = {"exists": os.path.isdir(venv), "matches": False, "dists": None}
+    if result["exists"]:
+        try:
+            from envlock.agent.snapshot import describe_venv
+
+            result["dists"] = sorted([d["name"], d["version"]] for d in describe_venv(venv)["dists"])
+        except Exception:  # a broken venv is exactly what apply is for
+            result["dists"] = None
+    try:
+        with open(_stamp_path(venv)) as stream:
+            stamp = json.load(stream)
+    except (OSError, ValueError):
+        return result
+    if stamp.get("digest") != digest or not result["exists"]:
+        return result
+    files, links = walk(venv)
+    current = {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
+    result["matches"] = current == stamp["files"] and links == stamp["links"]
+    return result
+
+
+# ------------------------------------------------------------------ the whole apply
+
+
+def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
+    venv = plan["venv"]
+    staging = sibling(venv, ".envlock-staging")
+    started = time.time()
+    plan["uv"] = os.path.expanduser(plan["uv"])
+    if os.path.isfile(plan["uv"]):
+        os.chmod(plan["uv"], 0o755)  # it arrives as plain bytes
+    handle = take_lock(venv)
+    try:
+        recovered = recover(venv)
+        progress("stage", 0, 1, "creating the staging venv")
+        try:
+            create_staging(plan, staging)
+            progress("install", 0, len(plan["wheels"]))
+            install(plan, staging)
+            progress("install", len(plan["wheels"]), len(plan["wheels"]))
+            placed = place_bin_files(plan, staging)
+            progress("verify", 0, len(plan["expected"]))
+            verified, _found = verify_staging(plan, staging, jobs)
+            progress("verify", verified, len(plan["expected"]))
+            progress("smoke", 0, len(plan["smoke_modules"]) + len(plan["smoke_checks"]))
+            smoked = smoke(plan, staging)
+            failures = [r for r in smoked if r[2] is not None]
+            if failures and not plan.get("allow_smoke_failures"):
+                first = failures[0]
+                raise ApplyError(
+                    "smoke: %d of %d failed, first: %s %r: %s"
+                    % (len(failures), len(smoked), first[0], first[1], first[2])
+                )
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        previous = swap_in(venv, staging)
+        write_stamp(venv, plan["digest"])
+        return {
+            "venv": venv,
+            "previous": previous,
+            "recovered": recovered,
+            "installed": len(plan["wheels"]),
+            "bin_files": placed,
+            "verified_files": verified,
+            "smoke": smoked,
+            "seconds": round(time.time() - started, 3),
+        }
+    finally:
+        handle.close()

@@ -1,0 +1,263 @@
+"""``envlock apply HOST``: make the host's venv exactly what its lock says.
+
+Controller side: check the lock against its manifest (a tampered lock is
+refused), ask the host whether the venv already is that lock (no-op), fetch
+every artifact into the store with its sha256 checked, push what the host
+lacks, and hand the host agent a plan. The agent (``envlock.agent.apply``)
+builds a staging venv beside the live one with uv, puts back the exact bin/
+bytes, verifies every file against the lock, import-smokes it, and swaps it
+in atomically, keeping the old venv for ``envlock rollback``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlock.errors import EnvlockError, LockError
+from envlock.fetch import Fetched, blob, fetch_all, hash_file
+from envlock.hosts import HostProfile, load_profile
+from envlock.lock.digest import tree_digest, venv_digest
+from envlock.lock.io import read_lock
+from envlock.lock.manifest import read_manifest
+from envlock.lock.model import FileEntry, Lock
+from envlock.store import Store
+from envlock.transfer import Item, push
+from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
+from envlock.workspace import Workspace
+
+REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOptions:
+    dry_run: bool = False
+    jobs: int = 0
+    allow_smoke_failures: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    name: str
+    kind: str  # added | removed | upgrade | downgrade | rebuilt
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    host: str
+    venv: str
+    noop: bool
+    dry_run: bool
+    changes: tuple[Change, ...]
+    pushed_files: int = 0
+    pushed_bytes: int = 0
+    host_report: dict[str, Any] = field(default_factory=dict)
+
+
+def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]]:
+    """The lock and its manifest, refused when either was edited after envlock wrote them."""
+    path = workspace.lock_path(host)
+    shown = str(path.relative_to(workspace.root))
+    lock = read_lock(path, shown=shown)
+    rows = read_manifest(workspace.manifest_path(host), lock.manifest_sha256)
+    by_owner: dict[str, list[FileEntry]] = {}
+    for row in rows:
+        by_owner.setdefault(row.owner, []).append(row)
+    for pkg in lock.packages:
+        if tree_digest(by_owner.get(pkg.name, [])) != pkg.tree_digest:
+            raise LockError(f"{shown}: {pkg.name}: tree-digest does not match the manifest (edited by hand?)")
+    expected = venv_digest(
+        str(lock.interpreter["version"]), [(p.name, p.version, p.tree_digest) for p in lock.packages]
+    )
+    if expected != lock.digest:
+        raise LockError(f"{shown}: tool.envlock.digest does not match its packages (edited by hand?)")
+    return lock, rows
+
+
+def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:
+    from packaging.version import InvalidVersion, Version
+
+    before = {name: version for name, version in live or []}
+    after = {p.name: p.version for p in lock.packages}
+    changes = []
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            changes.append(Change(name, "rebuilt", old, new))
+            continue
+        if old is None:
+            kind = "added"
+        elif new is None:
+            kind = "removed"
+        else:
+            try:
+                kind = "upgrade" if Version(new) > Version(old) else "downgrade"
+            except InvalidVersion:
+                kind = "upgrade"
+        changes.append(Change(name, kind, old, new))
+    return tuple(changes)
+
+
+def base_python(profile: HostProfile, lock: Lock) -> str:
+    if profile.python:
+        return profile.python
+    home = lock.pyvenv.get("home")
+    if not home:
+        raise LockError(f"lock for {lock.host}: no pyvenv home; set `python` in {profile.path}")
+    major_minor = ".".join(str(lock.interpreter["version"]).split(".")[:2])
+    return f"{home.rstrip('/')}/python{major_minor}"
+
+
+def _uv_binary() -> Path:
+    """The uv that envlock itself depends on (shipped to hosts as one file)."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return beside
+    found = shutil.which("uv")
+    if found is None:
+        raise EnvlockError("uv not found beside envlock's Python nor on PATH (pip install uv)")
+    return Path(found)
+
+
+def build_plan(
+    profile: HostProfile,
+    lock: Lock,
+    rows: list[FileEntry],
+    fetched: list[Fetched],
+    store: Store,
+    uv_item: Item,
+    options: ApplyOptions,
+) -> tuple[dict[str, Any], list[Item]]:
+    items = [uv_item]
+    wheels = []
+    for f in fetched:
+        art = f.package.wheel
+        items.append(Item(art.sha256, art.filename, f.path))
+        wheels.append(
+            {
+                "name": f.package.name,
+                "sha256": art.sha256,
+                "path": f"{REMOTE_ARTIFACTS}/{art.sha256}/{art.filename}",
+            }
+        )
+    kinds = {row.path: row.kind for row in rows}
+    bin_files = {}
+    for pkg in lock.packages:
+        for rel, sha in pkg.scripts.items():
+            items.append(Item(sha, "blob", blob(store, sha, f"{pkg.name} {rel}")))
+            bin_files[rel] = {"path": f"{REMOTE_ARTIFACTS}/{sha}/blob", "executable": kinds.get(rel) == "x"}
+    plan = {
+        "venv": profile.venv,
+        "digest": lock.digest,
+        "python_version": str(lock.interpreter["version"]),
+        "base_python": base_python(profile, lock),
+        "creator": "uv" if "version_info" in lock.pyvenv else "venv",
+        "uv": f"{REMOTE_ARTIFACTS}/{uv_item.sha256}/uv",
+        "wheels": wheels,
+        "bin_files": bin_files,
+        "source_venv": lock.venv,
+        "expected": [[r.path, r.sha256, r.size, r.kind] for r in rows if not r.owner.startswith(":")],
+        "smoke_modules": sorted({m for p in lock.packages for m in p.top_level}),
+        "smoke_checks": list(profile.smoke_checks),
+        "allow_smoke_failures": options.allow_smoke_failures,
+    }
+    return plan, items
+
+
+def apply(
+    workspace: Workspace,
+    host: str,
+    options: ApplyOptions | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> ApplyResult:
+    options = options or ApplyOptions()
+    step = on_step or (lambda _message: None)
+    profile = load_profile(workspace, host)
+    lock, rows = checked_lock(workspace, host)
+    python = base_python(profile, lock)
+    with open_transport(profile) as transport:
+        state = json.loads(
+            run_agent(
+                transport,
+                profile.venv,
+                ["applied", "--venv", profile.venv, "--digest", lock.digest],
+                python=python,
+            )
+        )
+        changes = plan_changes(lock, state["dists"])
+        if state["matches"]:
+            return ApplyResult(host, profile.venv, True, options.dry_run, ())
+        if options.dry_run:
+            return ApplyResult(host, profile.venv, False, True, changes)
+        return _apply(workspace, profile, lock, rows, transport, python, changes, options, on_progress, step)
+
+
+def _apply(
+    workspace: Workspace,
+    profile: HostProfile,
+    lock: Lock,
+    rows: list[FileEntry],
+    transport: Transport,
+    python: str,
+    changes: tuple[Change, ...],
+    options: ApplyOptions,
+    on_progress: ProgressCallback | None,
+    step: Callable[[str], None],
+) -> ApplyResult:
+    store = Store(workspace.store_dir)
+    step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
+
+    def fetch_progress(done: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress({"phase": "fetch", "done": done, "total": total})
+
+    fetched = fetch_all(store, workspace.locks_dir, lock.packages, fetch_progress)
+    uv = _uv_binary()
+    uv_item = Item(hash_file(uv), "uv", uv)
+    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options)
+    step(f"push what {profile.name} lacks")
+    pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, on_progress=on_progress, python=python)
+    step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
+    report = json.loads(
+        run_agent(
+            transport,
+            profile.venv,
+            ["apply", *(["--jobs", str(options.jobs)] if options.jobs else [])],
+            stdin=_as_stdin(json.dumps(plan).encode()),
+            on_progress=on_progress,
+            python=python,
+        )
+    )
+    return ApplyResult(
+        profile.name, profile.venv, False, False, changes, len(pushed.sent), pushed.bytes_sent, report
+    )
+
+
+def _as_stdin(data: bytes) -> Any:
+    """A real file for the agent's stdin (a pipe would need a writer thread)."""
+    handle = tempfile.TemporaryFile()  # noqa: SIM115 - the agent process reads and closes it
+    handle.write(data)
+    handle.seek(0)
+    return handle
+
+
+def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
+    profile = load_profile(workspace, host)
+    lock_path = workspace.lock_path(host)
+    python = profile.python
+    if python is None and lock_path.is_file():
+        python = base_python(profile, read_lock(lock_path))
+    with open_transport(profile) as transport:
+        report: dict[str, Any] = json.loads(
+            run_agent(transport, profile.venv, ["rollback", "--venv", profile.venv], python=python)
+        )
+    return report

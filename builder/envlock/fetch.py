@@ -1,0 +1,127 @@
+"""Fetch a lock's artifacts into the store, refusing any wrong byte.
+
+Each artifact is read once: copied (file://) or downloaded (http) into the
+store while it is hashed, and only bytes with the locked sha256 take a final
+name. Store wheels that a capture repacked are re-hashed too: the store is a
+directory anyone can write to, and apply must never install a wheel whose
+bytes differ from the lock's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from envlock.errors import EnvlockError
+from envlock.lock.model import Artifact, Package
+from envlock.store import Store
+
+CHUNK = 1 << 20
+
+
+class ArtifactError(EnvlockError):
+    """An artifact is missing or its bytes are not the locked ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    package: Package
+    path: Path  # in the store
+
+
+def hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _copy_verified(read: Callable[[int], bytes], target: Path, art: Artifact, where: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            while chunk := read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != art.sha256:
+            raise ArtifactError(
+                f"{art.filename} from {where}: sha256 {digest.hexdigest()}, "
+                f"the lock says {art.sha256}; refusing it"
+            )
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def fetch_one(store: Store, lock_dir: Path, pkg: Package) -> Fetched:
+    art = pkg.wheel
+    target = store.wheel_path(art.sha256, art.filename)
+    if target.is_file():
+        got = hash_file(target)
+        if got != art.sha256:
+            raise ArtifactError(
+                f"{target}: sha256 {got}, the lock says {art.sha256} for {pkg.name}; refusing it"
+            )
+        return Fetched(pkg, target)
+    if art.path is not None:
+        source = (lock_dir / art.path).resolve()
+        if not source.is_file():
+            raise ArtifactError(
+                f"{pkg.name}: {art.path} is not in the store (capture it again, or copy the store)"
+            )
+        with open(source, "rb") as stream:
+            _copy_verified(stream.read, target, art, str(source))
+        return Fetched(pkg, target)
+    if art.url is None:
+        raise ArtifactError(f"{pkg.name}: the lock gives neither url nor path for {art.filename}")
+    if art.url.startswith("file://"):
+        source = Path(unquote(urlparse(art.url).path))
+        try:
+            with open(source, "rb") as stream:
+                _copy_verified(stream.read, target, art, art.url)
+        except FileNotFoundError as exc:
+            raise ArtifactError(f"{pkg.name}: {art.url} does not exist") from exc
+        return Fetched(pkg, target)
+    import requests
+
+    try:
+        with requests.get(art.url, stream=True, timeout=60) as response:
+            response.raise_for_status()
+            _copy_verified(response.raw.read, target, art, art.url)
+    except requests.RequestException as exc:
+        raise ArtifactError(f"{pkg.name}: cannot download {art.url}: {exc}") from exc
+    return Fetched(pkg, target)
+
+
+def fetch_all(
+    store: Store,
+    lock_dir: Path,
+    packages: tuple[Package, ...],
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[Fetched]:
+    total = sum(p.wheel.size or 0 for p in packages)
+    done = 0
+    result = []
+    for pkg in packages:
+        result.append(fetch_one(store, lock_dir, pkg))
+        done += pkg.wheel.size or 0
+        if on_progress is not None:
+            on_progress(done, total)
+    return result
+
+
+def blob(store: Store, sha256: str, what: str) -> Path:
+    path = store.blob_path(sha256)
+    if not path.is_file():
+        raise ArtifactError(f"{what}: blob {sha256} is not in the store {store.root} (capture it again)")
+    if hash_file(path) != sha256:
+        raise ArtifactError(f"{path}: bytes do not match their name; refusing it")
+    return path

@@ -1,0 +1,230 @@
+"""envlock apply / rollback end to end, locally and over SSH, with faults."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Reference, write_profile
+from helpers import ENVLOCK, UV, make_venv, run_envlock, walk_payload
+
+
+def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
+    """ct129 = the session reference venv, captured; ct200 = a target with ct129's lock."""
+    root = tmp_path / "fleet"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    write_profile(
+        root, "ct200", target_venv, reference.index.url, '[smoke]\nchecks = ["import alpha, beta"]\n'
+    )
+    proc = run_envlock(root, "capture", "ct129")
+    assert proc.returncode == 0, proc.stderr
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    return root
+
+
+def _apply(root: Path, host: str = "ct200", *extra: str) -> dict:
+    proc = run_envlock(root, "apply", host, "--format", "json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["result"]
+
+
+def _dists(venv: Path) -> set[str]:
+    site = next((venv / "lib").glob("python*/site-packages"))
+    return {p.name.split("-")[0] for p in site.glob("*.dist-info")}
+
+
+def test_apply_to_another_path_rebuilds_the_payload(tmp_path: Path, reference: Reference) -> None:
+    target = tmp_path / "target-venv"
+    root = _fleet(tmp_path, reference, target)
+    plan = _apply(root, "ct200", "--dry-run")
+    assert plan["dry_run"] and not target.exists()
+    assert {c["package"] for c in plan["changes"] if c["kind"] == "added"} >= {"alpha", "six", "localpkg"}
+    result = _apply(root)
+    assert result["host_report"]["verified_files"] > 20
+    assert walk_payload(target) == walk_payload(reference.venv)
+    proc = subprocess.run([str(target / "bin/alpha")], capture_output=True, text=True)
+    assert proc.stdout.strip() == "alpha"
+    again = _apply(root)
+    assert again["noop"] is True
+
+
+def test_apply_over_existing_venv_keeps_previous_and_rolls_back(tmp_path: Path, reference: Reference) -> None:
+    target = make_venv(tmp_path / "target-venv")
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(target / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "idna==3.20",
+        ],
+        check=True,
+    )
+    root = _fleet(tmp_path, reference, target)
+    result = _apply(root)
+    assert result["host_report"]["previous"] == f"{target}.envlock-previous"
+    assert "alpha" in _dists(target)
+    assert _dists(Path(f"{target}.envlock-previous")) == {"idna"}
+    proc = run_envlock(root, "rollback", "ct200")
+    assert proc.returncode == 0, proc.stderr
+    assert _dists(target) == {"idna"}
+    assert "alpha" in _dists(Path(f"{target}.envlock-previous"))
+
+
+def test_corrupted_artifact_is_refused_before_install(tmp_path: Path, reference: Reference) -> None:
+    target = tmp_path / "target-venv"
+    root = _fleet(tmp_path, reference, target)
+    wheel = next((root / "store" / "wheels").rglob("localpkg-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "refusing it" in proc.stderr and "localpkg" in proc.stderr
+    assert not target.exists()
+
+
+def test_tampered_lock_is_refused(tmp_path: Path, reference: Reference) -> None:
+    target = tmp_path / "target-venv"
+    root = _fleet(tmp_path, reference, target)
+    lock = root / "locks" / "pylock.ct200.toml"
+    text = lock.read_text()
+    manifest = root / "locks" / "pylock.ct200.files.tsv"
+    lines = manifest.read_text().splitlines(keepends=True)
+    six_row = next(i for i, line in enumerate(lines) if line.startswith("six\t"))
+    owner, path, _sha, size, kind = lines[six_row].rstrip("\n").split("\t")
+    lines[six_row] = "\t".join([owner, path, "0" * 64, size, kind]) + "\n"
+    manifest.write_text("".join(lines))
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "sha256 does not match the lock" in proc.stderr
+    shutil.copy(root / "locks" / "pylock.ct129.files.tsv", manifest)
+    tree = 'tree-digest = "sha256:'
+    start = text.index(tree, text.index('name = "six"')) + len(tree)
+    lock.write_text(text[:start] + "0" * 64 + text[start + 64 :])
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "six: tree-digest does not match the manifest" in proc.stderr
+    assert not target.exists()
+
+
+def test_second_apply_fails_clearly_while_one_holds_the_lock(tmp_path: Path, reference: Reference) -> None:
+    target = tmp_path / "target-venv"
+    root = _fleet(tmp_path, reference, target)
+    with open(f"{target}.envlock.lock", "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write("4242")
+        held.flush()
+        proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "another envlock apply is running" in proc.stderr and "4242" in proc.stderr
+    assert not target.exists()
+    procs = [
+        subprocess.Popen(
+            [ENVLOCK, "apply", "ct200", "--root", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outcomes = [(p.wait(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+    assert any(code == 0 for code, _ in outcomes), outcomes
+    for code, err in outcomes:
+        assert code == 0 or "another envlock apply is running" in err, err
+    assert walk_payload(target) == walk_payload(reference.venv)
+
+
+def test_kill_9_at_any_moment_leaves_a_working_venv(tmp_path: Path, reference: Reference) -> None:
+    target = make_venv(tmp_path / "target-venv")
+    subprocess.run(
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(target / "bin/python"),
+            "--index-url",
+            reference.index.url,
+            "idna==3.20",
+        ],
+        check=True,
+    )
+    root = _fleet(tmp_path, reference, target)
+    old, new = {"idna"}, _dists(reference.venv)
+    rng = random.Random(1234)
+    for delay in [0.05, 0.2, 0.4, 0.6, 0.8, 1.0] + [rng.uniform(0.1, 1.5) for _ in range(3)]:
+        proc = subprocess.Popen(
+            [ENVLOCK, "apply", "ct200", "--root", str(root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        state = _dists(target)
+        assert state in (old, new), (delay, state)
+        ok = subprocess.run([str(target / "bin/python"), "-c", "import idna"], capture_output=True)
+        assert ok.returncode == 0, (delay, ok.stderr)
+        if state == new:
+            break
+    _apply(root)
+    assert walk_payload(target) == walk_payload(reference.venv)
+    assert not Path(f"{target}.envlock-staging").exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_disk_full_keeps_the_old_venv(tmp_path: Path, reference: Reference, small_tmpfs: Path) -> None:
+    target = small_tmpfs / "venv"
+    subprocess.run(
+        [
+            UV,
+            "venv",
+            "-q",
+            "--python",
+            str(next(reference.venv.glob("bin/python3.*")).resolve()),
+            str(target),
+        ],
+        check=True,
+    )
+    before = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sorted(target.rglob("*")) if p.is_file())
+    ).hexdigest()
+    root = _fleet(tmp_path, reference, target)
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2, proc.stdout
+    assert "No space left" in proc.stderr or "ENOSPC" in proc.stderr or "space" in proc.stderr.lower(), (
+        proc.stderr
+    )
+    assert not Path(f"{target}.envlock-staging").exists()
+    after = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sorted(target.rglob("*")) if p.is_file())
+    ).hexdigest()
+    assert after == before
