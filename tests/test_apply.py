@@ -194,14 +194,16 @@ def test_kill_9_at_any_moment_leaves_a_working_venv(tmp_path: Path, reference: R
 def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
     mount = tmp_path / "small"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_disk_full_keeps_the_old_venv(tmp_path: Path, reference: Reference, small_tmpfs: Path) -> None:
+def test_disk_too_small_is_refused_before_staging(
+    tmp_path: Path, reference: Reference, small_tmpfs: Path
+) -> None:
     target = small_tmpfs / "venv"
     subprocess.run(
         [

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.transport import ProgressCallback, Transport, run_agent
+from envlock.transport.local import LocalTransport
 
 DEFAULT_REMOTE_DIR = "~/.cache/envlock/artifacts"
 
@@ -50,6 +52,8 @@ def push(
 ) -> PushResult:
     """Make every item present on the host; return what had to be sent."""
     unique = list({i.key: i for i in items}.values())
+    if isinstance(transport, LocalTransport):
+        return _push_local(unique, remote_dir)
     answer = run_agent(
         transport, venv, ["have", "--dir", remote_dir, *(i.key for i in unique)], python=python
     )
@@ -65,6 +69,30 @@ def push(
         finally:
             writer.join()
     return PushResult(tuple(missing), tuple(i for i in unique if i.key in present))
+
+
+def _push_local(items: list[Item], remote_dir: str) -> PushResult:
+    """Same machine: hard-link (or copy) into the drop, no agent, no second copy of the bytes.
+
+    The items were hashed when they were fetched into the store, so the drop
+    keeps its rule that a final name only ever holds the named bytes.
+    """
+    root = Path(os.path.expanduser(remote_dir))
+    sent, present = [], []
+    for item in items:
+        final = root / item.sha256 / item.name
+        if final.is_file():
+            present.append(item)
+            continue
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{item.name}.{os.getpid()}.part")
+        try:
+            os.link(item.path, tmp)
+        except OSError:
+            shutil.copyfile(item.path, tmp)
+        os.replace(tmp, final)
+        sent.append(item)
+    return PushResult(tuple(sent), tuple(present))
 
 
 def _write_frames(fd: int, items: list[Item], on_progress: ProgressCallback | None) -> None:

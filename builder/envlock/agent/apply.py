@@ -145,8 +145,34 @@ def _run(argv: List[str], step: str, timeout: int = 3600) -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ApplyError("%s: %s" % (step, exc)) from exc
     if proc.returncode != 0:
-        text = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-        raise ApplyError("%s failed: %s" % (step, text[-1] if text else "exit %d" % proc.returncode))
+        raise ApplyError(
+            "%s failed: %s" % (step, _cause(proc.stdout.decode("utf-8", "replace"), proc.returncode))
+        )
+
+
+def _cause(output: str, returncode: int) -> str:
+    """The line of a tool's error output that says why (uv nests causes)."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    if causes:
+        return causes[-1][len("Caused by:") :].strip()
+    errors = [line for line in lines if line.lower().startswith("error")]
+    if errors:
+        return errors[-1]
+    return lines[-1] if lines else "exit status %d" % returncode
+
+
+def check_space(venv: str, needed: int) -> None:
+    """Refuse early when the staging venv cannot fit beside the live one."""
+    parent = os.path.dirname(venv.rstrip("/")) or "/"
+    stat = os.statvfs(parent)
+    free = stat.f_bavail * stat.f_frsize
+    margin = needed // 10 + (16 << 20)  # venv scaffold, metadata, filesystem overhead
+    if free < needed + margin:
+        raise ApplyError(
+            "not enough space in %s: the new venv needs about %d MB, %d MB are free"
+            % (parent, (needed + margin) >> 20, free >> 20)
+        )
 
 
 def create_staging(plan: Dict[str, Any], staging: str) -> None:
@@ -364,6 +390,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
     handle = take_lock(venv)
     try:
         recovered = recover(venv)
+        check_space(venv, sum(row[2] for row in plan["expected"]))
         progress("stage", 0, 1, "creating the staging venv")
         try:
             create_staging(plan, staging)
