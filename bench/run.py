@@ -14,10 +14,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import capture_bench
+import apply_bench
 import ssh_bench
 from common import DEFAULT_WORK
 
-BENCHES = {"capture": capture_bench, "ssh": ssh_bench}
+BENCHES = {"capture": capture_bench, "ssh": ssh_bench, "apply": apply_bench}
 
 
 def main() -> int:
