@@ -182,3 +182,10 @@ def test_deleted_file_is_reported_missing(tmp_path: Path, reference: Reference) 
         check=True,
     )
     assert walk_payload(target) == walk_payload(venv)
+
+
+def test_top_level_names_are_importable_names() -> None:
+    from envlock.capture.files import top_level_names
+
+    dist = {"top_level": ["nvidia/cusparselt", "_cffi_backend", "bad-name", ""]}
+    assert top_level_names(dist, []) == ("_cffi_backend", "nvidia.cusparselt")

@@ -10,10 +10,12 @@ bytes differ from the lock's.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from envlock.errors import EnvlockError
@@ -61,11 +63,44 @@ def _copy_verified(read: Callable[[int], bytes], target: Path, art: Artifact, wh
             tmp.unlink()
 
 
-def fetch_one(store: Store, lock_dir: Path, pkg: Package) -> Fetched:
+class VerifiedCache:
+    """Store files already hashed, by stat key, so a warm apply does not re-read gigabytes.
+
+    Any write, replace or chmod of a store file changes its stat key, and the
+    file is hashed again.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.path = store.root / ".verified.json"
+        try:
+            self.entries: dict[str, list[Any]] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+        self.dirty = False
+
+    def sha256(self, path: Path) -> str:
+        st = path.stat()
+        key = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+        hit = self.entries.get(str(path))
+        if hit is not None and hit[:4] == key:
+            return str(hit[4])
+        sha = hash_file(path)
+        self.entries[str(path)] = [*key, sha]
+        self.dirty = True
+        return sha
+
+    def save(self) -> None:
+        if self.dirty:
+            tmp = self.path.with_name(f".verified.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.entries))
+            os.replace(tmp, self.path)
+
+
+def fetch_one(store: Store, lock_dir: Path, pkg: Package, verified: VerifiedCache | None = None) -> Fetched:
     art = pkg.wheel
     target = store.wheel_path(art.sha256, art.filename)
     if target.is_file():
-        got = hash_file(target)
+        got = verified.sha256(target) if verified is not None else hash_file(target)
         if got != art.sha256:
             raise ArtifactError(
                 f"{target}: sha256 {got}, the lock says {art.sha256} for {pkg.name}; refusing it"
@@ -110,11 +145,15 @@ def fetch_all(
     total = sum(p.wheel.size or 0 for p in packages)
     done = 0
     result = []
-    for pkg in packages:
-        result.append(fetch_one(store, lock_dir, pkg))
-        done += pkg.wheel.size or 0
-        if on_progress is not None:
-            on_progress(done, total)
+    verified = VerifiedCache(store)
+    try:
+        for pkg in packages:
+            result.append(fetch_one(store, lock_dir, pkg, verified))
+            done += pkg.wheel.size or 0
+            if on_progress is not None:
+                on_progress(done, total)
+    finally:
+        verified.save()
     return result
 
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
@@ -200,7 +201,7 @@ def install(plan: Dict[str, Any], staging: str) -> None:
             [
                 plan["uv"], "pip", "install", "--python", os.path.join(staging, "bin", "python"),
                 "--offline", "--no-index", "--no-deps", "--require-hashes", "--link-mode", "copy",
-                "--no-cache", "-q", "-r", requirements,
+                "--cache-dir", os.path.expanduser("~/.cache/envlock/uv"), "-q", "-r", requirements,
             ],
             "installing %d wheels" % len(lines),
         )  # fmt: skip
@@ -259,7 +260,7 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
     for path, sha, size, kind in plan["expected"]:
         rel = site + path[len("site-packages") :] if path.startswith("site-packages/") else path
         expected[rel] = [sha, size, kind]
-    found = inventory(staging, [], jobs=jobs, use_cache=False)
+    found = inventory(staging, [], jobs=jobs, use_cache=False, read_elf=False)
     normalized = found["bin_normalized"]
     problems: List[str] = []
     seen = set()
@@ -311,10 +312,25 @@ print(json.dumps(results))
 
 
 def smoke(plan: Dict[str, Any], staging: str) -> List[List[Any]]:
-    """Import every top-level module and run the profile's checks in the staged venv."""
+    """Import every top-level module and run the profile's checks in the staged venv.
+
+    All in one interpreter first (fast); whatever fails there is tried again
+    alone in a fresh interpreter, since imports can interfere (setuptools'
+    distutils shim refuses to load after the stdlib distutils, for one). A
+    failure counts only when it fails alone too.
+    """
     items = [["module", m] for m in plan["smoke_modules"]] + [["check", c] for c in plan["smoke_checks"]]
     if not items:
         return []
+    results = _smoke_run(plan, staging, items)
+    for i, (kind, text, error) in enumerate(results):
+        if error is not None:
+            alone = _smoke_run(plan, staging, [[kind, text]])[0]
+            results[i] = alone
+    return results
+
+
+def _smoke_run(plan: Dict[str, Any], staging: str, items: List[List[str]]) -> List[List[Any]]:
     python = os.path.join(staging, "bin", "python")
     try:
         proc = subprocess.run(
@@ -325,12 +341,28 @@ def smoke(plan: Dict[str, Any], staging: str) -> List[List[Any]]:
         )
     except subprocess.TimeoutExpired as exc:
         raise ApplyError("smoke: importing the venv's modules took over %ss" % exc.timeout) from exc
-    if proc.returncode != 0:
-        raise ApplyError(
-            "smoke: the interpreter died (exit %d) importing the venv's modules" % proc.returncode
-        )
-    results: List[List[Any]] = json.loads(proc.stdout.decode("utf-8").strip().splitlines()[-1])
+    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        if len(items) == 1:
+            return [[items[0][0], items[0][1], "the interpreter died (exit %d)" % proc.returncode]]
+        # A crash in the shared interpreter: try each alone to find the culprit.
+        return [r for item in items for r in _smoke_run(plan, staging, [item])]
+    results: List[List[Any]] = json.loads(lines[-1])
     return results
+
+
+def _catching(fn: Any, *args: Any) -> Tuple[Any, Optional[BaseException]]:
+    try:
+        return fn(*args), None
+    except BaseException as exc:
+        return None, exc
+
+
+def _unwrap(box: Tuple[Any, Optional[BaseException]]) -> Any:
+    value, error = box
+    if error is not None:
+        raise error
+    return value
 
 
 # ------------------------------------------------------------------ stamp (no-op check)
@@ -391,18 +423,36 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
     try:
         recovered = recover(venv)
         check_space(venv, sum(row[2] for row in plan["expected"]))
+        timings: Dict[str, float] = {}
+        clock = [time.time()]
+
+        def lap(name: str) -> None:
+            now = time.time()
+            timings[name] = round(now - clock[0], 3)
+            clock[0] = now
+
         progress("stage", 0, 1, "creating the staging venv")
         try:
             create_staging(plan, staging)
+            lap("stage")
             progress("install", 0, len(plan["wheels"]))
             install(plan, staging)
             progress("install", len(plan["wheels"]), len(plan["wheels"]))
+            lap("install")
             placed = place_bin_files(plan, staging)
+            # Smoke runs beside verify: the imports take seconds of mostly
+            # single-threaded work that hashing leaves room for.
+            smoked_box: List[Any] = []
+            smoker = threading.Thread(target=lambda: smoked_box.append(_catching(smoke, plan, staging)))
+            smoker.start()
             progress("verify", 0, len(plan["expected"]))
-            verified, _found = verify_staging(plan, staging, jobs)
+            try:
+                verified, _found = verify_staging(plan, staging, jobs)
+            finally:
+                smoker.join()
             progress("verify", verified, len(plan["expected"]))
-            progress("smoke", 0, len(plan["smoke_modules"]) + len(plan["smoke_checks"]))
-            smoked = smoke(plan, staging)
+            lap("verify+smoke")
+            smoked = _unwrap(smoked_box[0])
             failures = [r for r in smoked if r[2] is not None]
             if failures and not plan.get("allow_smoke_failures"):
                 first = failures[0]
@@ -415,7 +465,9 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             raise
         previous = swap_in(venv, staging)
         write_stamp(venv, plan["digest"])
+        lap("swap")
         return {
+            "timings": timings,
             "venv": venv,
             "previous": previous,
             "recovered": recovered,

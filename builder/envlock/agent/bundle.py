@@ -66,6 +66,22 @@ def bundle_dir(cache: Path) -> Path:
     return target
 
 
+_CODE_KEY: list[str] = []
+
+
+def code_key() -> str:
+    """Identity of the envlock code in use (names, sizes, mtimes of its modules)."""
+    if not _CODE_KEY:
+        import envlock
+
+        digest = hashlib.sha256(envlock.__version__.encode())
+        for path in sorted(Path(envlock.__file__).parent.rglob("*.py")):
+            st = path.stat()
+            digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        _CODE_KEY.append(digest.hexdigest()[:16])
+    return _CODE_KEY[0]
+
+
 def _sources_key() -> str:
     """Cheap identity of the bundle's sources: names, sizes and mtimes."""
     digest = hashlib.sha256()

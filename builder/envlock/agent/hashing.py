@@ -134,6 +134,7 @@ def hash_files(
     cache: StatCache,
     jobs: int,
     on_hashed: Optional[Callable[[int], None]] = None,
+    read_elf: bool = True,
 ) -> Tuple[Dict[str, CacheEntry], Dict[str, int]]:
     """Return ``{rel: [size, mtime, ino, ctime, sha256, elf]}`` for regular files."""
     result: Dict[str, CacheEntry] = {}
@@ -148,7 +149,7 @@ def hash_files(
 
     def work(item: Tuple[str, os.stat_result]) -> Tuple[str, CacheEntry]:
         rel, st = item
-        sha, facts = _hash_file(os.path.join(root, rel), is_library_name(rel))
+        sha, facts = _hash_file(os.path.join(root, rel), read_elf and is_library_name(rel))
         progress.advance(st.st_size)
         return rel, [*_stat_key(st), sha, facts]
 

@@ -16,7 +16,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from envlock.agent import AGENT_PROTOCOL
 from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read_dist
 from envlock.agent.hashing import StatCache, hash_files
-from envlock.agent.layout import is_scaffold
 from envlock.agent.hostfacts import (
     gpu_facts,
     interpreter_facts,
@@ -24,6 +23,7 @@ from envlock.agent.hostfacts import (
     platform_facts,
     read_pyvenv_cfg,
 )
+from envlock.agent.layout import is_scaffold
 from envlock.agent.repack import unshebang
 
 SKIP_DIRS = {"__pycache__"}
@@ -102,13 +102,15 @@ def describe_venv(venv: str) -> Dict[str, Any]:
     }
 
 
-def inventory(venv: str, dists: List[Dict[str, Any]], jobs: int, use_cache: bool = True) -> Dict[str, Any]:
+def inventory(
+    venv: str, dists: List[Dict[str, Any]], jobs: int, use_cache: bool = True, read_elf: bool = True
+) -> Dict[str, Any]:
     """Every file of the venv hashed (stat cache permitting) and every ELF library read."""
     venv = os.path.abspath(venv)
     files, links = walk(venv)
     modes = {rel: st.st_mode for rel, st in files}
     cache = StatCache(default_cache_path(venv) if use_cache else None)
-    hashed, stats = hash_files(venv, files, cache, jobs)
+    hashed, stats = hash_files(venv, files, cache, jobs, read_elf=read_elf)
     if use_cache and (stats["hashed"] or len(cache.entries) != len(hashed)):
         cache.save(hashed)
 

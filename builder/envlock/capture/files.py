@@ -92,9 +92,17 @@ def native_lib(path: str, sha: str, facts: dict[str, Any]) -> NativeLib:
     )
 
 
+def _importable(name: str) -> str | None:
+    """``nvidia/cusparselt`` (old setuptools top_level.txt) -> ``nvidia.cusparselt``."""
+    dotted = name.strip().replace("/", ".").strip(".")
+    return dotted if dotted and all(part.isidentifier() for part in dotted.split(".")) else None
+
+
 def top_level_names(dist: dict[str, Any], entries: list[FileEntry]) -> tuple[str, ...]:
+    """Import names a distribution provides: top_level.txt, else derived from its files."""
     if dist.get("top_level"):
-        return tuple(dist["top_level"])
+        listed = {_importable(name) for name in dist["top_level"]}
+        return tuple(sorted(n for n in listed if n))
     names: set[str] = set()
     for entry in entries:
         if not entry.path.startswith("site-packages/"):

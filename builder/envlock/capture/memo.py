@@ -21,10 +21,12 @@ class UnchangedMemo:
     """
 
     def __init__(self, workspace: Workspace, profile: HostProfile, raw: bytes) -> None:
-        from envlock import __version__
+        from envlock.agent.bundle import code_key
 
         self.workspace, self.profile = workspace, profile
-        parts = [__version__, str(workspace.root), str(workspace.store_dir), profile.name]
+        # code_key, not __version__: a development install changes its code
+        # without changing its version, and then the lock may come out differently.
+        parts = [code_key(), str(workspace.root), str(workspace.store_dir), profile.name]
         key = hashlib.sha256("|".join(parts).encode())
         key.update(profile.path.as_posix().encode())
         key.update(read_or_empty(workspace.root / profile.path))
