@@ -66,8 +66,10 @@ def main(work: Path, repeat: int) -> dict[str, object]:
     def uv_install(*flags: str) -> None:
         shutil.rmtree(uv_target, ignore_errors=True)
         run([str(BIN / "uv"), "venv", "-q", "--python", str(python), str(uv_target)])
-        run([str(BIN / "uv"), "pip", "install", "--python", str(uv_target / "bin/python"), "--offline",
-             "--no-index", "--no-deps", "--require-hashes", "-q", *flags, "-r", str(requirements)])  # fmt: skip
+        uv = str(BIN / "uv")
+        target_python = str(uv_target / "bin/python")
+        flags_all = ["--offline", "--no-index", "--no-deps", "--require-hashes", "-q", *flags]
+        run([uv, "pip", "install", "--python", target_python, *flags_all, "-r", str(requirements)])
 
     uv_install()  # warm uv's own cache, unmeasured
     # Plain uv: its cache, hard links into it (fast; the venv shares inodes with the cache).
@@ -82,9 +84,9 @@ def main(work: Path, repeat: int) -> dict[str, object]:
     def pip_install() -> None:
         shutil.rmtree(pip_target, ignore_errors=True)
         run([sys.executable, "-m", "venv", "--without-pip", str(pip_target)])
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(pip_target / "bin/python"), "install", "-q",
-                        "--no-deps", "--require-hashes", "--no-cache-dir", "-r", str(requirements)],
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        pip = [sys.executable, "-m", "pip", "--python", str(pip_target / "bin/python"), "install", "-q"]
+        flags = ["--no-deps", "--require-hashes", "--no-cache-dir", "-r", str(requirements)]
+        subprocess.run([*pip, *flags], check=True, stdout=subprocess.DEVNULL)
 
     results["pip_install"] = timed(pip_install, 1)
     shutil.rmtree(pip_target, ignore_errors=True)
@@ -119,7 +121,8 @@ def report(results: dict[str, object]) -> str:
             row("pip_install", "pip install --require-hashes"),
             row("apply_noop", "envlock apply, no-op"),
             "",
-            f"apply / (uv install + raw hash): {results['ratio_apply_vs_uv_plus_hash']:.2f}x (target <= 1.2x); "
+            f"apply / (uv install + raw hash): {results['ratio_apply_vs_uv_plus_hash']:.2f}x "
+            "(target <= 1.2x); "
             f"against uv in copy mode: {results['ratio_apply_vs_uv_copy_plus_hash']:.2f}x",
             f"pip / apply: {results['speedup_vs_pip']:.1f}x (target >= 3x)",
             f"no-op apply: {results['apply_noop']['median']:.2f} s (target < 0.3 s)",  # type: ignore[index]
