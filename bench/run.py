@@ -13,12 +13,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import capture_bench
 import apply_bench
+import capture_bench
+import diff_bench
+import inspect_bench
+import lock_bench
+import smoke_bench
 import ssh_bench
 from common import DEFAULT_WORK
 
-BENCHES = {"capture": capture_bench, "ssh": ssh_bench, "apply": apply_bench}
+BENCHES = {
+    "capture": capture_bench,
+    "diff": diff_bench,
+    "inspect": inspect_bench,
+    "ssh": ssh_bench,
+    "apply": apply_bench,
+    "lock": lock_bench,
+    "smoke": smoke_bench,
+}
 
 
 def main() -> int:

@@ -1,15 +1,16 @@
 """``make demo``: the main job on a small real venv, end to end.
 
-1. download a few real wheels and serve them as a local PEP 503 index;
-2. build the reference venv (host ``ct129`` in demo/work/fleet/hosts);
-3. hand-patch one file, as people do on real hosts;
-4. ``envlock capture ct129`` -> demo/work/fleet/locks/pylock.ct129.toml;
-5. rebuild a second venv from the lock with ``uv pip sync`` and check that
-   every payload byte matches (patch included);
-6. ``envlock export ct129`` for pip-tools users.
-
-Steps that later issues add (lock for a second host profile, apply, verify,
-smoke) join this script as they land.
+1. download a few real wheels (one with a compiled extension, for Python
+   3.11 and 3.12) and serve them as a local PEP 503 index;
+2. build the reference venv of host ``ct129`` (Python 3.11) and hand-patch
+   one file, as people do on real hosts;
+3. ``envlock capture ct129`` -> demo/work/fleet/locks/pylock.ct129.toml;
+4. ``envlock lock ct200``: host ct200 runs Python 3.12 (probed on the host),
+   so the compiled wheel changes and the lock says why;
+5. ``envlock apply ct200``: build, verify, smoke, swap in;
+6. ``envlock verify ct200``, ``envlock smoke ct200``, ``envlock diff ct129 ct200``;
+7. the same lock also installs with plain ``uv pip sync`` (PEP 751), and
+   ``envlock export`` writes it for pip-tools.
 """
 
 from __future__ import annotations
@@ -23,26 +24,33 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
 BIN = Path(sys.executable).parent
-PINS = ["six==1.17.0", "idna==3.20", "attrs==26.1.0", "packaging==26.3"]
+PINS = ["six==1.17.0", "idna==3.20", "attrs==26.1.0", "packaging==26.3", "markupsafe==3.0.3"]
+PYENV = Path.home() / ".pyenv" / "versions"
 
 
 def say(text: str) -> None:
     print(f"\n\033[1m==> {text}\033[0m", flush=True)
 
 
-def sh(*cmd: str) -> None:
+def sh(*cmd: str, ok: tuple[int, ...] = (0,)) -> None:
     print("$ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    code = subprocess.run(cmd).returncode
+    if code not in ok:
+        raise SystemExit(f"demo: {cmd[0]} exited {code}")
 
 
 def build_index(wheels: Path, root: Path) -> str:
+    pages: dict[str, list[str]] = {}
     for wheel in sorted(wheels.glob("*.whl")):
         project = wheel.name.split("-")[0].replace("_", "-").lower()
-        page = root / "simple" / project
-        page.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         link = f'<a href="{wheel.resolve().as_uri()}#sha256={digest}">{wheel.name}</a>'
-        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{link}\n</body></html>\n")
+        pages.setdefault(project, []).append(link)
+    for project, links in pages.items():
+        page = root / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        body = "\n".join(links)
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{body}\n</body></html>\n")
     return (root / "simple").as_uri()
 
 
@@ -56,11 +64,23 @@ def payload(venv: Path) -> dict[str, str]:
     }
 
 
+def _python312() -> str | None:
+    """A CPython 3.12 for host ct200 (pyenv provides one on these machines)."""
+    found = sorted(PYENV.glob("3.12.*/bin/python3.12"))
+    return str(found[-1]) if found else shutil.which("python3.12")
+
+
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     wheels, fleet = WORK / "wheels", WORK / "fleet"
     say("download a few real wheels and serve them as a local index")
     sh(sys.executable, "-m", "pip", "download", "-qq", "--no-deps", "-d", str(wheels), *PINS)
+    target_python = _python312()
+    if target_python:
+        cp312 = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"]
+        platform = ["--platform", "manylinux_2_17_x86_64", "--only-binary=:all:"]
+        pip = [sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *cp312, *platform]
+        sh(*pip, "-d", str(wheels), "markupsafe==3.0.3")
     index = build_index(wheels, WORK / "index")
 
     say("build the reference venv for host ct129")
@@ -89,6 +109,26 @@ def main() -> int:
     sh(envlock, "capture", "ct129", "--root", str(fleet))
     say("the same capture again: served from the stat cache, lock unchanged")
     sh(envlock, "capture", "ct129", "--root", str(fleet))
+
+    target = WORK / "venv-ct200"
+    profile = f'venv = "{target}"\nreference = "ct129"\n'
+    profile += f'python = "{target_python or Path(sys.executable).resolve()}"\n'
+    profile += f'\n[index]\nurls = ["{index}"]\n\n[smoke]\nchecks = ["from markupsafe import escape"]\n'
+    (fleet / "hosts" / "ct200.toml").write_text(profile)
+    say("envlock lock ct200 (Python probed on the host)")
+    sh(envlock, "lock", "ct200", "--root", str(fleet))
+    say("envlock apply ct200 --dry-run, then for real")
+    sh(envlock, "apply", "ct200", "--root", str(fleet), "--dry-run")
+    sh(envlock, "apply", "ct200", "--root", str(fleet))
+    say("envlock apply ct200 again: nothing to do")
+    sh(envlock, "apply", "ct200", "--root", str(fleet))
+    say("envlock verify ct200")
+    sh(envlock, "verify", "ct200", "--root", str(fleet))
+    say("envlock smoke ct200")
+    sh(envlock, "smoke", "ct200", "--root", str(fleet))
+    say("envlock diff ct129 ct200")
+    # Exit 1: the two locks differ, as they should (Python 3.12 wheel, other venv path).
+    sh(envlock, "diff", "ct129", "ct200", "--root", str(fleet), ok=(0, 1))
 
     say("rebuild a second venv from the lock with plain uv (PEP 751)")
     rebuilt = WORK / "venv-rebuilt"

@@ -230,3 +230,23 @@ def test_disk_too_small_is_refused_before_staging(
         b"".join(p.read_bytes() for p in sorted(target.rglob("*")) if p.is_file())
     ).hexdigest()
     assert after == before
+
+
+def test_smoke_failure_stops_the_swap(tmp_path: Path, reference: Reference) -> None:
+    target = make_venv(tmp_path / "target-venv")
+    root = _fleet(tmp_path, reference, target)
+    profile = root / "hosts" / "ct200.toml"
+    profile.write_text(
+        profile.read_text().replace(
+            'checks = ["import alpha, beta"]', 'checks = ["from alpha import nothing_here"]'
+        )
+    )
+    before = sorted(p.name for p in target.rglob("*"))
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "smoke: 1 of" in proc.stderr and "nothing_here" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in target.rglob("*")) == before
+    assert not Path(f"{target}.envlock-staging").exists()
+    proc = run_envlock(root, "apply", "ct200", "--allow-smoke-failures", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["result"]["host_report"]["smoke"]["failed"]) == 1

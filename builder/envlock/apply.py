@@ -27,6 +27,7 @@ from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
+from envlock.smoke import DRIVER_LIBRARIES, host_has_gpu
 from envlock.store import Store
 from envlock.transfer import Item, push
 from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
@@ -167,6 +168,8 @@ def build_plan(
         "expected": [[r.path, r.sha256, r.size, r.kind] for r in rows if not r.owner.startswith(":")],
         "smoke_modules": sorted({m for p in lock.packages for m in p.top_level}),
         "smoke_checks": list(profile.smoke_checks),
+        # A host without a GPU skips modules that only lack the driver's libraries.
+        "smoke_skip_missing": [] if host_has_gpu(profile, lock) else list(DRIVER_LIBRARIES),
         "allow_smoke_failures": options.allow_smoke_failures,
     }
     return plan, items

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from envlock.errors import ProfileError
 from envlock.workspace import Workspace
 
@@ -36,6 +38,24 @@ class IndexConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetFacts:
+    """A host's interpreter and platform, stated in the profile (no probe needed)."""
+
+    python: str  # "3.12.1"
+    implementation: str = "cpython"
+    glibc: str | None = None
+    machine: str = "x86_64"
+
+
+@dataclass(frozen=True, slots=True)
+class LockPolicy:
+    """Per-host resolver inputs: extra pins and dependency overrides (PEP 508 strings)."""
+
+    pins: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class HostProfile:
     name: str
     path: Path
@@ -47,13 +67,18 @@ class HostProfile:
     gpu: GpuFacts | None = None
     index: IndexConfig | None = None
     smoke_checks: tuple[str, ...] = field(default=())
+    target: TargetFacts | None = None
+    policy: LockPolicy = field(default_factory=LockPolicy)
 
     @property
     def is_local(self) -> bool:
         return self.ssh is None
 
 
-_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "reference", "gpu", "index", "smoke"}
+_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "reference", "gpu", "index", "smoke", "target", "lock"}
+_TARGET_KEYS = {"python", "implementation", "glibc", "machine"}
+_LOCK_KEYS = {"pins", "overrides"}
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _GPU_KEYS = {"cc", "driver"}
 _INDEX_KEYS = {"urls", "find_links"}
 _SMOKE_KEYS = {"checks"}
@@ -156,6 +181,39 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         check.unknown_keys(smoke_table, _SMOKE_KEYS, "smoke.")
         checks = check.strings(smoke_table, "checks", "smoke.")
 
+    target = None
+    target_table = check.table(data, "target")
+    if target_table is not None:
+        check.unknown_keys(target_table, _TARGET_KEYS, "target.")
+        version = check.string(target_table, "python", "target.")
+        if version is None:
+            check.add("target.python", 'missing (the interpreter version, like "3.12.1")')
+        elif not _VERSION.match(version):
+            check.add("target.python", f'expected a version like "3.12.1", got {version!r}')
+        glibc = check.string(target_table, "glibc", "target.")
+        if glibc is not None and not _VERSION.match(glibc):
+            check.add("target.glibc", f'expected a version like "2.35", got {glibc!r}')
+        target = TargetFacts(
+            python=version or "",
+            implementation=check.string(target_table, "implementation", "target.") or "cpython",
+            glibc=glibc,
+            machine=check.string(target_table, "machine", "target.") or "x86_64",
+        )
+
+    policy = LockPolicy()
+    lock_table = check.table(data, "lock")
+    if lock_table is not None:
+        check.unknown_keys(lock_table, _LOCK_KEYS, "lock.")
+        pins = check.strings(lock_table, "pins", "lock.")
+        overrides = check.strings(lock_table, "overrides", "lock.")
+        for key, values in (("pins", pins), ("overrides", overrides)):
+            for i, text in enumerate(values):
+                try:
+                    Requirement(text)
+                except InvalidRequirement as exc:
+                    check.add(f"lock.{key}[{i}]", f"not a requirement: {exc}")
+        policy = LockPolicy(pins=pins, overrides=overrides)
+
     check.raise_if_any()
     assert venv is not None
     return HostProfile(
@@ -169,6 +227,8 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         gpu=gpu,
         index=index,
         smoke_checks=checks,
+        target=target,
+        policy=policy,
     )
 
 

@@ -34,6 +34,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
     sub.add_parser("ping", help="report the interpreter")
+    smoke_p = sub.add_parser("smoke", help="import modules in parallel worker interpreters; report each")
+    smoke_p.add_argument("--venv", required=True)
+    smoke_p.add_argument("--jobs", type=int, default=0)
+    smoke_p.add_argument("--timeout", type=float, default=60.0)
+    smoke_p.add_argument("--deep", action="store_true")
+    smoke_p.add_argument("--fail-fast", action="store_true")
+    smoke_p.add_argument("--from-venv", action="store_true", help="also every dist's top-level modules")
+    smoke_p.add_argument("--check", action="append", default=[], help="a statement to run")
+    smoke_p.add_argument("--skip-missing", action="append", default=[], help="skip if this library is absent")
+    smoke_p.add_argument("modules", nargs="*")
     args = parser.parse_args(argv)
 
     from envlock.agent.apply import ApplyError
@@ -72,10 +82,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _emit(host_apply.applied(args.venv, args.digest))
             else:
                 _emit(host_apply.rollback(args.venv))
+        elif args.command == "smoke":
+            return _smoke(args)
         elif args.command == "ping":
-            from envlock.agent.hostfacts import interpreter_facts
+            from envlock.agent.hostfacts import gpu_facts, interpreter_facts, platform_facts
 
-            _emit({"interpreter": interpreter_facts()})
+            _emit({"interpreter": interpreter_facts(), "platform": platform_facts(), "gpu": gpu_facts()})
         else:
             parser.print_usage(sys.stderr)
             return 2
@@ -93,6 +105,30 @@ def _emit(result: Dict[str, Any]) -> None:
         sys.stderr.write("@stats " + json.dumps(stats) + "\n")
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    """Imported only here: the smoke's modules stay out of every other command's start-up."""
+    from envlock.agent.smoke import SmokeError, run_smoke
+
+    try:
+        _emit(
+            run_smoke(
+                args.venv,
+                args.modules,
+                args.check,
+                jobs=args.jobs,
+                timeout=args.timeout,
+                deep=args.deep,
+                fail_fast=args.fail_fast,
+                from_venv=args.from_venv,
+                skip_missing=args.skip_missing,
+            )
+        )
+    except SmokeError as exc:
+        sys.stderr.write("envlock-agent: error: %s\n" % exc)
+        return 2
+    return 0
 
 
 def _repack(venv: str, dist_infos: List[str]) -> int:

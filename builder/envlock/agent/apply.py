@@ -295,60 +295,42 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
 
 # ------------------------------------------------------------------ smoke
 
-_SMOKE = r"""
-import json, sys, traceback
-results = []
-for kind, text in json.loads(sys.argv[1]):
-    try:
-        if kind == "module":
-            __import__(text)
-        else:
-            exec(compile(text, "<smoke check>", "exec"), {})
-        results.append([kind, text, None])
-    except BaseException as exc:
-        results.append([kind, text, "%s: %s" % (type(exc).__name__, exc)])
-print(json.dumps(results))
-"""
 
+def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
+    """Import every module of the staged venv and run the profile's checks.
 
-def smoke(plan: Dict[str, Any], staging: str) -> List[List[Any]]:
-    """Import every top-level module and run the profile's checks in the staged venv.
-
-    All in one interpreter first (fast); whatever fails there is tried again
-    alone in a fresh interpreter, since imports can interfere (setuptools'
-    distutils shim refuses to load after the stdlib distutils, for one). A
-    failure counts only when it fails alone too.
+    The same parallel, crash- and hang-proof smoke as ``envlock smoke``
+    (``envlock.agent.smoke``), run in the staged venv's interpreter.
     """
-    items = [["module", m] for m in plan["smoke_modules"]] + [["check", c] for c in plan["smoke_checks"]]
-    if not items:
-        return []
-    results = _smoke_run(plan, staging, items)
-    for i, (kind, text, error) in enumerate(results):
-        if error is not None:
-            alone = _smoke_run(plan, staging, [[kind, text]])[0]
-            results[i] = alone
-    return results
+    from envlock.agent.smoke import SmokeError, run_smoke
 
-
-def _smoke_run(plan: Dict[str, Any], staging: str, items: List[List[str]]) -> List[List[Any]]:
-    python = os.path.join(staging, "bin", "python")
     try:
-        proc = subprocess.run(
-            [python, "-c", _SMOKE, json.dumps(items)],
-            capture_output=True,
-            timeout=plan.get("smoke_timeout", 600),
-            cwd="/",
+        report = run_smoke(
+            staging,
+            plan["smoke_modules"],
+            plan["smoke_checks"],
+            timeout=plan.get("smoke_timeout", 60.0),
+            from_venv=True,
+            skip_missing=plan.get("smoke_skip_missing", []),
+            python=os.path.join(staging, "bin", "python"),
         )
-    except subprocess.TimeoutExpired as exc:
-        raise ApplyError("smoke: importing the venv's modules took over %ss" % exc.timeout) from exc
-    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        if len(items) == 1:
-            return [[items[0][0], items[0][1], "the interpreter died (exit %d)" % proc.returncode]]
-        # A crash in the shared interpreter: try each alone to find the culprit.
-        return [r for item in items for r in _smoke_run(plan, staging, [item])]
-    results: List[List[Any]] = json.loads(lines[-1])
-    return results
+    except SmokeError as exc:
+        raise ApplyError("smoke: %s" % exc) from exc
+    results = report["results"]
+    failed = [r for r in results if r["status"] == "failed"]
+    return {
+        "ok": sum(1 for r in results if r["status"] == "ok"),
+        "skipped": sum(1 for r in results if r["status"] == "skipped"),
+        "failed": failed,
+        "seconds": report["seconds"],
+    }
+
+
+def _describe_failure(result: Dict[str, Any]) -> str:
+    name = result.get("check") or result.get("module")
+    what = result.get("type") or result.get("kind") or "failed"
+    lines = (result.get("message") or "").strip().splitlines()
+    return "%s: %s: %s" % (name, what, lines[0] if lines else "")
 
 
 def _catching(fn: Any, *args: Any) -> Tuple[Any, Optional[BaseException]]:
@@ -453,12 +435,12 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             progress("verify", verified, len(plan["expected"]))
             lap("verify+smoke")
             smoked = _unwrap(smoked_box[0])
-            failures = [r for r in smoked if r[2] is not None]
+            failures = smoked["failed"]
             if failures and not plan.get("allow_smoke_failures"):
-                first = failures[0]
+                total = smoked["ok"] + smoked["skipped"] + len(failures)
                 raise ApplyError(
-                    "smoke: %d of %d failed, first: %s %r: %s"
-                    % (len(failures), len(smoked), first[0], first[1], first[2])
+                    "smoke: %d of %d imports failed in the staged venv, first %s"
+                    % (len(failures), total, _describe_failure(failures[0]))
                 )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

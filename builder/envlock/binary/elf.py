@@ -2,14 +2,19 @@
 
 Only what deciding "will this load there" needs: SONAME, DT_NEEDED,
 RPATH/RUNPATH, the highest versioned symbol needed from each family (GLIBC_,
-GLIBCXX_, CXXABI_, ...), and which CUDA device-code sections are present.
-Reading touches headers and small sections only, never the whole file.
+GLIBCXX_, CXXABI_, ...), and which CUDA device-code sections are present
+(``read_elf_facts``, recorded in locks); plus, for ``envlock inspect``, the
+dynamic symbols and every version needed and defined (``read_link_facts``).
+Reading touches headers, the dynamic symbol table and small sections only,
+never code or data.
 """
 
 from __future__ import annotations
 
 import re
-from typing import IO, Any, Dict, List, Optional, Tuple
+import struct
+from dataclasses import dataclass
+from typing import IO, Any, Dict, FrozenSet, List, Optional, Tuple
 
 ELF_MAGIC = b"\x7fELF"
 CUDA_SECTIONS = (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment")
@@ -56,9 +61,11 @@ def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
         runpath: List[str] = []
         version_needs: List[str] = []
         cuda: Dict[str, int] = {}
+        device_sections: List[Tuple[str, int, int]] = []
         for section in elf.iter_sections():
             if section.name in CUDA_SECTIONS:
                 cuda[section.name] = section["sh_size"]
+                device_sections.append((section.name, section["sh_offset"], section["sh_size"]))
             if isinstance(section, DynamicSection):
                 for tag in section.iter_tags():
                     kind = tag.entry.d_tag
@@ -82,6 +89,7 @@ def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
             "runpath": runpath,
             "version_needs": highest_versions(version_needs),
             "cuda_sections": dict(sorted(cuda.items())),
+            "cuda_images": device_code_summary(stream, device_sections) if device_sections else None,
         }
     except (ELFError, ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
         raise ElfError(str(exc) or type(exc).__name__) from exc
@@ -89,3 +97,257 @@ def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
         if type(exc).__module__.startswith("elftools"):
             raise ElfError(str(exc) or type(exc).__name__) from exc
         raise
+
+
+def device_code_summary(stream: IO[bytes], sections: List[Tuple[str, int, int]]) -> Dict[str, Any]:
+    """Headers-only digest of a library's device code, for the lock.
+
+    ``images`` counts, per arch (``sm_90``, ``sm_120a``, ``compute_120``),
+    the executable containers holding it; the CUDA verdict for a given GPU
+    follows from these by the rules in docs/cuda.md (``envlock inspect``
+    gives the full, per-container decision).
+    """
+    from envlock.binary.fatbin import read_fatbin_sections
+
+    stream.seek(0, 2)
+    containers = read_fatbin_sections(stream, sections, stream.tell())
+    images: Dict[str, int] = {}
+    executable = [c for c in containers if not c.relocatable]
+    broken = 0
+    for container in executable:
+        if container.error or any(not e.usable for e in container.entries):
+            broken += 1
+        for arch in sorted({e.arch for e in container.entries if e.usable}):
+            images[arch] = images.get(arch, 0) + 1
+    return {
+        "containers": len(executable),
+        "relocatable": len(containers) - len(executable),
+        "unreadable": broken,
+        "images": dict(sorted(images.items())),
+    }
+
+
+# --- link facts: what deciding "will ld.so load this" needs ------------------
+
+# st_info binding and st_other visibility values (ELF gABI).
+_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
+_STV_DEFAULT, _STV_PROTECTED = 0, 3
+_STT_SECTION, _STT_FILE = 3, 4
+
+
+@dataclass(frozen=True)
+class SectionInfo:
+    """One section header: enough to read a section's bytes without pyelftools."""
+
+    name: str
+    type: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class LinkFacts:
+    """Everything the dynamic loader looks at when it maps one shared object.
+
+    ``exported`` and ``undefined`` come from ``.dynsym`` (the only symbol
+    table ld.so uses); ``undefined`` holds strong (STB_GLOBAL) references
+    only, since a weak one that stays unresolved is not an error.
+    """
+
+    machine: str
+    elf_class: int
+    type: str
+    soname: Optional[str]
+    needed: Tuple[str, ...]
+    rpath: Tuple[str, ...]
+    runpath: Tuple[str, ...]
+    version_needs: Dict[str, Tuple[str, ...]]
+    version_defs: Tuple[str, ...]
+    exported: FrozenSet[str]
+    undefined: Tuple[str, ...]
+    sections: Tuple[SectionInfo, ...]
+    file_size: int
+
+    def section(self, name: str) -> Optional[SectionInfo]:
+        for section in self.sections:
+            if section.name == name:
+                return section
+        return None
+
+
+def read_link_facts(stream: IO[bytes]) -> LinkFacts:
+    """Link facts of one ELF file; raises ElfError when it cannot be parsed.
+
+    pyelftools reads the headers, the dynamic section and the version
+    sections; the symbol table is unpacked with ``struct`` straight from the
+    section bytes, because building a pyelftools object per symbol costs
+    seconds on libtorch-sized tables (75,000 symbols and more).
+    """
+    from elftools.common.exceptions import ELFError
+
+    try:
+        return _read_link_facts(stream)
+    except (ELFError, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error) as exc:
+        raise ElfError(str(exc) or type(exc).__name__) from exc
+    except Exception as exc:  # pyelftools raises construct errors on truncation
+        if type(exc).__module__.startswith("elftools"):
+            raise ElfError(str(exc) or type(exc).__name__) from exc
+        raise
+
+
+def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+
+    stream.seek(0, 2)
+    file_size = stream.tell()
+    stream.seek(0)
+    elf = ELFFile(stream)
+    headers = _section_headers(stream, elf, file_size)
+    soname: Optional[str] = None
+    needed: List[str] = []
+    rpath: List[str] = []
+    runpath: List[str] = []
+    version_needs: Dict[str, Tuple[str, ...]] = {}
+    version_defs: List[str] = []
+    exported: FrozenSet[str] = frozenset()
+    undefined: Tuple[str, ...] = ()
+    for index, (info, link) in enumerate(headers):
+        # Only these sections become pyelftools objects: making one for every
+        # section also builds the GNU hash table, 70 ms on libtorch_cpu.so.
+        if info.type == "SHT_DYNAMIC":
+            dynamic = elf.get_section(index)
+            assert isinstance(dynamic, DynamicSection)
+            for tag in dynamic.iter_tags():
+                kind = tag.entry.d_tag
+                if kind == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif kind == "DT_SONAME":
+                    soname = tag.soname
+                elif kind == "DT_RPATH":
+                    rpath.extend(p for p in tag.rpath.split(":") if p)
+                elif kind == "DT_RUNPATH":
+                    runpath.extend(p for p in tag.runpath.split(":") if p)
+        elif info.type == "SHT_GNU_verneed":
+            verneed_section = elf.get_section(index)
+            assert isinstance(verneed_section, GNUVerNeedSection)
+            for verneed, auxiliaries in verneed_section.iter_versions():
+                names = tuple(aux.name for aux in auxiliaries)
+                version_needs[verneed.name] = version_needs.get(verneed.name, ()) + names
+        elif info.type == "SHT_GNU_verdef":
+            verdef_section = elf.get_section(index)
+            assert isinstance(verdef_section, GNUVerDefSection)
+            for _verdef, auxiliaries in verdef_section.iter_versions():
+                version_defs.extend(aux.name for aux in auxiliaries)
+        elif info.type == "SHT_DYNSYM" and 0 < link < len(headers):
+            strtab = headers[link][0]
+            exported, undefined = _dynamic_symbols(
+                _read_at(stream, info.offset, info.size),
+                _read_at(stream, strtab.offset, strtab.size),
+                elf.elfclass,
+                elf.little_endian,
+            )
+    return LinkFacts(
+        machine=elf["e_machine"],
+        elf_class=elf.elfclass,
+        type=elf["e_type"],
+        soname=soname,
+        needed=tuple(needed),
+        rpath=tuple(rpath),
+        runpath=tuple(runpath),
+        version_needs=version_needs,
+        version_defs=tuple(version_defs),
+        exported=exported,
+        undefined=undefined,
+        sections=tuple(info for info, _link in headers),
+        file_size=file_size,
+    )
+
+
+_SECTION_TYPES = {
+    0: "SHT_NULL",
+    1: "SHT_PROGBITS",
+    2: "SHT_SYMTAB",
+    3: "SHT_STRTAB",
+    6: "SHT_DYNAMIC",
+    7: "SHT_NOTE",
+    8: "SHT_NOBITS",
+    11: "SHT_DYNSYM",
+    0x6FFFFFFD: "SHT_GNU_verdef",
+    0x6FFFFFFE: "SHT_GNU_verneed",
+    0x6FFFFFFF: "SHT_GNU_versym",
+}
+
+
+def _section_headers(stream: IO[bytes], elf: Any, file_size: int) -> List[Tuple[SectionInfo, int]]:
+    """(section, sh_link) for every section header, unpacked with ``struct``.
+
+    The header table is a fixed gABI layout; reading it here keeps pyelftools
+    from building an object per section (see the caller).
+    """
+    count = elf.num_sections()
+    if not count:
+        return []
+    order = "<" if elf.little_endian else ">"
+    # name, type, flags, addr, offset, size, link, info, addralign, entsize
+    layout = struct.Struct(order + ("IIQQQQIIQQ" if elf.elfclass == 64 else "IIIIIIIIII"))
+    entry_size = elf["e_shentsize"]
+    if entry_size < layout.size:
+        raise ElfError(f"section header size {entry_size} is too small")
+    table = _read_at(stream, elf["e_shoff"], count * entry_size)
+    raw = [layout.unpack_from(table, i * entry_size) for i in range(count)]
+    names_index = elf["e_shstrndx"]
+    if names_index == 0xFFFF:  # SHN_XINDEX: the real index is in section 0's sh_link
+        names_index = raw[0][6]
+    names = b""
+    if 0 < names_index < count:
+        names = _read_at(stream, raw[names_index][4], raw[names_index][5])
+    result = []
+    for index, (name_at, kind, _f, _a, offset, size, link, _i, _al, _es) in enumerate(raw):
+        end = names.find(b"\0", name_at)
+        name = names[name_at : end if end >= 0 else len(names)].decode("utf-8", "replace")
+        type_name = _SECTION_TYPES.get(kind, hex(kind))
+        if kind not in (0, 8) and offset + size > file_size:
+            raise ElfError(f"section {name or '#' + str(index)} runs past the end of the file")
+        result.append((SectionInfo(name, type_name, offset, size), link))
+    return result
+
+
+def _read_at(stream: IO[bytes], offset: int, size: int) -> bytes:
+    stream.seek(offset)
+    data = stream.read(size)
+    if len(data) != size:
+        raise ElfError(f"truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
+    return data
+
+
+def _dynamic_symbols(
+    table: bytes, strings: bytes, elf_class: int, little_endian: bool
+) -> Tuple[FrozenSet[str], Tuple[str, ...]]:
+    """(exported names, strong undefined names) from raw .dynsym/.dynstr bytes.
+
+    Names are ASCII in practice; latin-1 maps any other byte to the same
+    character in every library, so names still compare exactly.
+    """
+    order = "<" if little_endian else ">"
+    # name, info, other, shndx; value and size skipped
+    layout = struct.Struct(order + ("IBBH16x" if elf_class == 64 else "I8xBBH"))
+    usable = len(table) - len(table) % layout.size
+    find = strings.find
+    exported: List[str] = []
+    undefined: List[str] = []
+    for name_at, info, other, shndx in layout.iter_unpack(table[:usable]):
+        if not name_at:
+            continue
+        bind = info >> 4
+        if shndx == 0:  # SHN_UNDEF
+            if bind == _STB_GLOBAL:
+                undefined.append(strings[name_at : find(b"\0", name_at)].decode("latin-1"))
+        elif (
+            bind in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE)
+            and other & 3 in (_STV_DEFAULT, _STV_PROTECTED)
+            and info & 0xF not in (_STT_SECTION, _STT_FILE)
+        ):
+            exported.append(strings[name_at : find(b"\0", name_at)].decode("latin-1"))
+    return frozenset(exported), tuple(undefined)

@@ -89,6 +89,7 @@ def native_lib(path: str, sha: str, facts: dict[str, Any]) -> NativeLib:
         runpath=tuple(facts.get("runpath", [])),
         version_needs=facts.get("version_needs", {}),
         cuda_sections=facts.get("cuda_sections", {}),
+        cuda_images=facts.get("cuda_images"),
     )
 
 

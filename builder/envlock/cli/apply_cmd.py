@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envlock.apply import ApplyOptions, ApplyResult, apply, rollback
+from envlock.cli.commands import summary
 from envlock.cli.render import ProgressBar, envelope, human_size, table
 from envlock.errors import ExitCode
 from envlock.workspace import open_workspace
+
+if TYPE_CHECKING:
+    from envlock.apply import ApplyResult
 
 PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}
 
@@ -17,7 +20,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "apply",
         parents=[common],
-        help="rebuild a host's venv from its lock, verify it and swap it in",
+        help=summary("apply"),
         description="Fetch every artifact of locks/pylock.<host>.toml (sha256 checked), push what the "
         "host lacks, build a staging venv beside the live one with uv, put back the exact bin/ bytes, "
         "verify every file against the lock, import-smoke it, and swap it in atomically. The replaced "
@@ -31,7 +34,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser(
         "rollback",
         parents=[common],
-        help="swap back the venv that the last apply replaced",
+        help=summary("rollback"),
         description="Atomically exchange the live venv with <venv>.envlock-previous.",
     )
     r.add_argument("host")
@@ -39,6 +42,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envlock.apply import ApplyOptions, apply  # imported late: `envlock --help` stays fast
+
     workspace = open_workspace(args.root)
     bars: dict[str, ProgressBar] = {}
 
@@ -102,11 +107,12 @@ def render_text(result: ApplyResult) -> str:
         lines.append("dry run: nothing was changed")
         return "\n".join(lines)
     report = result.host_report
-    failures = [r for r in report.get("smoke", []) if r[2] is not None]
+    smoke = report.get("smoke", {})
     lines += [
         f"pushed {result.pushed_files} file(s), {human_size(result.pushed_bytes)}",
         f"installed {report.get('installed')} wheels, verified {report.get('verified_files')} files, "
-        f"smoke: {len(report.get('smoke', [])) - len(failures)} ok, {len(failures)} failed",
+        f"smoke: {smoke.get('ok', 0)} ok, {smoke.get('skipped', 0)} skipped, "
+        f"{len(smoke.get('failed', []))} failed",
         f"{result.venv} on {result.host}: swapped in"
         + (f"; previous venv kept at {report['previous']}" if report.get("previous") else ""),
     ]
@@ -116,6 +122,8 @@ def render_text(result: ApplyResult) -> str:
 
 
 def run_rollback(args: argparse.Namespace) -> int:
+    from envlock.apply import rollback  # imported late: `envlock --help` stays fast
+
     workspace = open_workspace(args.root)
     report = rollback(workspace, args.host)
     if args.format == "json":

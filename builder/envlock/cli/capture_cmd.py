@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envlock.capture import CaptureOptions, CaptureResult, capture
+from envlock.cli.commands import summary
 from envlock.cli.render import ProgressBar, envelope, human_size, table
 from envlock.errors import ExitCode
 from envlock.workspace import open_workspace
+
+if TYPE_CHECKING:
+    from envlock.capture import CaptureResult
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "capture",
         parents=[common],
-        help="freeze a host's live venv into locks/pylock.<host>.toml",
+        help=summary("capture"),
         description="Hash every file of the host's venv, trace every distribution to its exact "
         "wheel (or repack it into the store), and write locks/pylock.<host>.toml with its "
         "file manifest. Writes nothing when the lock would not change.",
@@ -33,6 +36,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envlock.capture import CaptureOptions, capture  # imported late: `envlock --help` stays fast
+
     workspace = open_workspace(args.root)
     bar = ProgressBar("hashing")
     steps: list[str] = []

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from envlock.cli.commands import summary
 from envlock.errors import ExitCode
 from envlock.export import to_requirements
 from envlock.lock.io import atomic_write, read_lock
@@ -15,7 +16,7 @@ from envlock.workspace import open_workspace
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "export",
-        help="write a host's lock in another tool's format",
+        help=summary("export"),
         description="Write the pins of locks/pylock.<host>.toml as a hash-pinned requirements "
         "file for pip --require-hashes and pip-sync (pip-tools).",
     )

@@ -59,6 +59,8 @@ def _native_table(lib: NativeLib) -> dict[str, Any]:
         table["version-needs"] = dict(sorted(lib.version_needs.items()))
     if lib.cuda_sections:
         table["cuda-sections"] = dict(sorted(lib.cuda_sections.items()))
+    if lib.cuda_images is not None:
+        table["cuda-images"] = _sorted_mapping(lib.cuda_images)
     if lib.error:
         table["error"] = lib.error
     return table
@@ -119,6 +121,7 @@ def lock_to_dict(lock: Lock) -> dict[str, Any]:
         "format": lock.format_version,
         "host": lock.host,
         "role": lock.role,
+        **({"reference": lock.reference} if lock.reference else {}),
         "venv": lock.venv,
         "site": lock.site,
         "digest": lock.digest,
@@ -230,6 +233,7 @@ def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
         runpath=r.strings(table, "runpath", where),
         version_needs=r.get(table, "version-needs", dict, where, required=False) or {},
         cuda_sections=r.get(table, "cuda-sections", dict, where, required=False) or {},
+        cuda_images=r.get(table, "cuda-images", dict, where, required=False),
         error=r.get(table, "error", str, where, required=False),
     )
 
@@ -309,6 +313,7 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         manifest_files=r.get(manifest, "files", int, f"{w}manifest."),
         gpu=r.get(tool, "gpu", dict, w, required=False),
         unowned=r.strings(tool, "unowned", w),
+        reference=r.get(tool, "reference", str, w, required=False),
         packages=tuple(_package(r, pkg, i) for i, pkg in enumerate(document["packages"])),
         format_version=fmt,
     )

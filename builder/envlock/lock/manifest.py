@@ -58,15 +58,9 @@ def parse_manifest(data: bytes, source: str) -> list[FileEntry]:
         if len(parts) != 5 or parts[4] not in _KINDS or not parts[3].isdigit():
             raise LockError(f"{source}:{lineno}: not a manifest row")
         owner, path, sha, size, kind = parts
-        entries.append(
-            FileEntry(
-                owner=_unescape(owner),
-                path=_unescape(path),
-                sha256=_unescape(sha),
-                size=int(size),
-                kind=kind,  # type: ignore[arg-type]
-            )
-        )
+        if "\\" in line:  # escapes are rare; skip the slow path for the rest
+            owner, path, sha = _unescape(owner), _unescape(path), _unescape(sha)
+        entries.append(FileEntry(owner=owner, path=path, sha256=sha, size=int(size), kind=kind))  # type: ignore[arg-type]
     return entries
 
 

@@ -43,6 +43,8 @@ class NativeLib:
     runpath: tuple[str, ...] = ()
     version_needs: Mapping[str, str] = field(default_factory=dict)
     cuda_sections: Mapping[str, int] = field(default_factory=dict)
+    # {"containers", "relocatable", "unreadable", "images": {arch: containers}}
+    cuda_images: Mapping[str, Any] | None = None
     error: str | None = None
 
 
@@ -100,6 +102,7 @@ class Lock:
     manifest_files: int
     gpu: Mapping[str, Any] | None = None
     unowned: tuple[str, ...] = ()
+    reference: str | None = None  # for a target lock: the host it was resolved from
     format_version: int = FORMAT_VERSION
     digest_rules: str = DIGEST_RULES
 

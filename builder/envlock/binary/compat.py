@@ -1,0 +1,674 @@
+"""Will a compiled library run on a GPU of compute capability X.Y with driver D?
+
+Three questions, in the order the CUDA stack asks them (docs/cuda.md):
+
+1. Load: does ld.so find every DT_NEEDED, every symbol version and every
+   strong undefined symbol? (``Loader``)
+2. Driver: is the driver new enough for the CUDA runtime, the GPU and the
+   PTX the library would JIT? (tables below)
+3. Images: does every container that has kernels hold SASS the GPU runs, or
+   PTX it can JIT? (``judge_images``)
+
+The answer per library is the worst of the three; anything not understood
+is "unknown", never "native". Everything here is pure decision over facts
+read elsewhere, so the same code can run on the target host in the agent.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from envlock.binary.elf import LinkFacts
+from envlock.binary.fatbin import KIND_ELF, KIND_PTX, FatbinContainer, FatbinEntry
+
+# Library verdicts, least to most severe.
+NATIVE, JIT, UNKNOWN, NO_IMAGE, WONT_LOAD = "native", "jit", "unknown", "no-image", "wont-load"
+VERDICTS = (NATIVE, JIT, UNKNOWN, NO_IMAGE, WONT_LOAD)
+# Container verdicts that do not count towards the library's verdict.
+NO_KERNELS, RELOCATABLE, OTHER_GPU = "no-kernels", "relocatable", "other-gpu"
+LOAD_OK = "ok"
+
+DriverVersion = Tuple[int, ...]
+
+# Minimum driver per CUDA release (NVIDIA's CUDA toolkit release notes, table 3).
+CUDA_DRIVER = {
+    (11, 8): "520.61.05",
+    (12, 0): "525.60.13",
+    (12, 1): "530.30.02",
+    (12, 2): "535.54.03",
+    (12, 3): "545.23.06",
+    (12, 4): "550.54.14",
+    (12, 5): "555.42.02",
+    (12, 8): "570.26",
+    (12, 9): "575.51.03",
+    (13, 0): "580.65.06",
+}
+# Minimum driver for a CUDA runtime of each major version (minor version compatibility).
+RUNTIME_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
+# The CUDA release that introduced each PTX ISA version; a driver JITs PTX up to its own CUDA.
+PTX_ISA_CUDA = {
+    (8, 0): (12, 0),
+    (8, 1): (12, 1),
+    (8, 2): (12, 2),
+    (8, 3): (12, 3),
+    (8, 4): (12, 4),
+    (8, 5): (12, 5),
+    (8, 7): (12, 8),
+    (8, 8): (12, 9),
+    (9, 0): (13, 0),
+}
+# The CUDA release that first supports each GPU: its driver is the GPU's minimum.
+GPU_CUDA = {89: (11, 8), 90: (11, 8), 100: (12, 8), 120: (12, 8), 103: (12, 9), 121: (12, 9), 110: (13, 0)}
+# Libraries the NVIDIA driver installs on the host (never in a venv), with the
+# prefix of the symbols they export, which cannot be checked without a driver.
+DRIVER_LIBRARIES = {"libcuda.so.1": ("cu",), "libnvidia-ml.so.1": ("nvml",)}
+# torch's C++ ABI: a symbol of these missing means "built against another torch".
+TORCH_ABI_PREFIXES = ("_ZN3c10", "_ZN2at", "_ZN5torch", "_ZNK3c10", "_ZNK2at", "_ZNK5torch")
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
+DRIVER = "driver"  # where a driver library resolves when this host has no driver
+
+
+def parse_driver(text: str) -> DriverVersion:
+    """``"580.65.06"`` -> ``(580, 65, 6)``; raises ValueError."""
+    if not re.match(r"^\d+(\.\d+)*$", text):
+        raise ValueError(f"driver version {text!r} is not like 580.65.06")
+    return tuple(int(part) for part in text.split("."))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A compute capability: ``Gpu(12, 0)`` is sm_120 (RTX 50xx, RTX PRO 6000)."""
+
+    major: int
+    minor: int
+
+    @property
+    def cc(self) -> int:
+        return self.major * 10 + self.minor
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.cc}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @classmethod
+    def parse(cls, text: str) -> Gpu:
+        """``"12.0"``, ``"sm_120"`` or ``"120"``; raises ValueError."""
+        match = re.match(r"^(\d+)\.(\d)$", text) or re.match(r"^(?:sm_|compute_)?(\d+)(\d)$", text)
+        # Every GPU CUDA 12 and 13 support is compute capability 5.0 or newer.
+        if not match or not 5 <= int(match.group(1)) <= 99:
+            raise ValueError(f"GPU {text!r} is not a compute capability like 12.0 or sm_120")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+
+def sass_runs(entry: FatbinEntry, gpu: Gpu) -> bool:
+    """SASS for sm S runs on the same major at S <= T; an ``a`` cubin only on S == T."""
+    if entry.suffix == "a":
+        return entry.sm == gpu.cc
+    return entry.sm // 10 == gpu.major and entry.sm <= gpu.cc
+
+
+def ptx_runs(entry: FatbinEntry, gpu: Gpu) -> bool:
+    """PTX for compute P JITs at P <= T; ``f`` only within the major; ``a`` only at P == T."""
+    if entry.suffix == "a":
+        return entry.sm == gpu.cc
+    if entry.suffix == "f":
+        return entry.sm // 10 == gpu.major and entry.sm <= gpu.cc
+    return entry.sm <= gpu.cc
+
+
+def ptx_driver(isa: Tuple[int, int]) -> Optional[str]:
+    """Lowest driver that JITs this PTX ISA; None when the ISA is newer than the table.
+
+    An ISA missing from the table between two known ones (8.6) gets the next
+    known one's driver: an upper bound, so the check errs towards "too old".
+    """
+    later = sorted(v for v in PTX_ISA_CUDA if v >= isa)
+    return CUDA_DRIVER[PTX_ISA_CUDA[later[0]]] if later else None
+
+
+def gpu_driver(gpu: Gpu) -> Optional[str]:
+    cuda = GPU_CUDA.get(gpu.cc)
+    return CUDA_DRIVER[cuda] if cuda else None
+
+
+def _older(driver: DriverVersion, minimum: str) -> bool:
+    return driver < parse_driver(minimum)
+
+
+# --- images --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerVerdict:
+    """The image a container offers a GPU, or why it offers none."""
+
+    container: FatbinContainer
+    verdict: str
+    image: Optional[FatbinEntry]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ImageReport:
+    """Images of one file for one GPU: per container, counted, and the worst."""
+
+    verdict: str
+    containers: Tuple[ContainerVerdict, ...]
+    counts: Dict[str, int]
+    summary: str
+
+
+def judge_container(
+    container: FatbinContainer, gpu: Gpu, driver: Optional[DriverVersion]
+) -> ContainerVerdict:
+    """SASS first (the highest sm that runs), else PTX the driver can JIT, else nothing."""
+    if container.error:
+        return ContainerVerdict(container, UNKNOWN, None, container.error)
+    if not container.entries:
+        return ContainerVerdict(container, NO_KERNELS, None, "empty container")
+    usable = [e for e in container.entries if e.usable]
+    sass = sorted((e for e in usable if e.kind == KIND_ELF and sass_runs(e, gpu)), key=lambda e: -e.sm)
+    if sass:
+        return ContainerVerdict(container, NATIVE, sass[0], f"SASS {sass[0].arch}")
+    problems: List[str] = []
+    for entry in sorted((e for e in usable if e.kind == KIND_PTX and ptx_runs(e, gpu)), key=lambda e: -e.sm):
+        isa = f"PTX ISA {entry.ptx_isa}"
+        if driver is None:
+            return ContainerVerdict(container, JIT, entry, f"JIT from {entry.arch} ({isa})")
+        needed = ptx_driver(entry.version)
+        if needed is None:
+            problems.append(f"{isa} is newer than envlock knows")
+        elif _older(driver, needed):
+            problems.append(f"{isa} needs driver >= {needed}")
+        else:
+            return ContainerVerdict(container, JIT, entry, f"JIT from {entry.arch} ({isa})")
+    odd = [e for e in container.entries if not e.usable]
+    if odd or any("newer than" in p for p in problems):
+        first = odd[0] if odd else None
+        why = problems[0] if not first else (first.error or _unusable_reason(first))
+        return ContainerVerdict(container, UNKNOWN, None, why)
+    reason = f"no image for {gpu.sm} ({_offer(container.entries)})"
+    if problems:
+        reason += "; " + problems[0]
+    return ContainerVerdict(container, NO_IMAGE, None, reason)
+
+
+def _unusable_reason(entry: FatbinEntry) -> str:
+    if entry.compression == "unknown":
+        return f"{entry.arch} at {entry.offset:#x}: compression not understood (flags {entry.flags:#x})"
+    return f"{entry.arch} at {entry.offset:#x}: flags {entry.unexplained_flags:#x} not understood"
+
+
+def _offer(entries: Iterable[FatbinEntry]) -> str:
+    sass = sorted({e.arch for e in entries if e.kind == KIND_ELF})
+    ptx = sorted({e.arch for e in entries if e.kind == KIND_PTX})
+    return "SASS {}; {}".format(", ".join(sass) or "none", ("PTX " + ", ".join(ptx)) if ptx else "no PTX")
+
+
+def judge_images(
+    containers: Sequence[FatbinContainer],
+    gpu: Gpu,
+    driver: Optional[DriverVersion],
+    has_kernels: Optional[Callable[[FatbinContainer], Optional[bool]]] = None,
+) -> ImageReport:
+    """Per-container verdicts and the library's worst, with counts.
+
+    Only executable containers count (relocatable ``-rdc`` code is never
+    loaded), unless a file has nothing else. A container without an image
+    is opened (``has_kernels``) to see whether it holds kernels at all; the
+    device-link container nvcc adds to shared builds usually does not.
+    ``has_kernels`` answers None when it cannot tell (or will not spend more
+    time): such a container counts as having kernels.
+    """
+    only_relocatable = all(c.relocatable for c in containers)
+    verdicts: List[ContainerVerdict] = []
+    for container in containers:
+        if container.relocatable and not only_relocatable:
+            verdicts.append(
+                ContainerVerdict(container, RELOCATABLE, None, "relocatable device code, not loaded")
+            )
+        else:
+            verdicts.append(judge_container(container, gpu, driver))
+    runs_somewhere = any(v.verdict in (NATIVE, JIT) for v in verdicts)
+    for i, verdict in enumerate(verdicts):
+        if verdict.verdict != NO_IMAGE:
+            continue
+        container = verdict.container
+        targeted = _targeted(container)
+        if runs_somewhere and targeted:
+            verdicts[i] = ContainerVerdict(container, OTHER_GPU, None, f"kernels targeted at {targeted} only")
+        elif has_kernels is not None and has_kernels(container) is False:
+            verdicts[i] = ContainerVerdict(container, NO_KERNELS, None, "no kernels; " + verdict.reason)
+    counted = [v for v in verdicts if v.verdict in VERDICTS]
+    counts = {name: sum(1 for v in counted if v.verdict == name) for name in (NATIVE, JIT, NO_IMAGE, UNKNOWN)}
+    counts[NO_KERNELS] = sum(1 for v in verdicts if v.verdict == NO_KERNELS)
+    counts[RELOCATABLE] = sum(1 for v in verdicts if v.verdict == RELOCATABLE)
+    counts[OTHER_GPU] = sum(1 for v in verdicts if v.verdict == OTHER_GPU)
+    overall = worst(v.verdict for v in counted) if counted else NATIVE
+    return ImageReport(overall, tuple(verdicts), counts, _summary(gpu, counted, counts, bool(containers)))
+
+
+def _summary(gpu: Gpu, counted: Sequence[ContainerVerdict], counts: Mapping[str, int], any_code: bool) -> str:
+    if not any_code:
+        return "no device code"
+    total = len(counted)
+    if not total:
+        return f"{gpu.sm}: no kernels in its fatbin sections"
+    text = f"{gpu.sm}: {counts[NATIVE]}/{total} containers native"
+    if counts[JIT]:
+        arches = sorted({v.image.arch for v in counted if v.verdict == JIT and v.image is not None})
+        text += f", {counts[JIT]} JIT from PTX {', '.join(arches)} (slow first load)"
+    if counts[NO_IMAGE]:
+        has_ptx = any(e.kind == KIND_PTX for v in counted for e in v.container.entries)
+        text += f", {counts[NO_IMAGE]} with no image" + ("" if has_ptx else ", no PTX")
+    if counts[UNKNOWN]:
+        text += f", {counts[UNKNOWN]} not understood"
+    if counts[OTHER_GPU]:
+        text += f" (+{counts[OTHER_GPU]} arch-specific for other GPUs)"
+    return text
+
+
+def _targeted(container: FatbinContainer) -> Optional[str]:
+    """The arches of a container built for particular GPUs rather than for all of them.
+
+    NVIDIA's libraries (cuBLASLt, cuDNN, NCCL, cuSPARSELt) and extensions
+    such as vLLM's keep kernels tuned for one or two GPU generations in
+    containers of their own ({sm_90a}, {sm_80, sm_90a}, {sm_100f}, {sm_100,
+    sm_90}) and launch them only on those GPUs. A container counts as
+    targeted when it carries an arch-specific (``a``) or family (``f``)
+    image, or spans at most two GPU generations; a generic build (torch, a
+    typical extension) spans three or more. Only meaningful when the library
+    has images for the GPU in other containers.
+    """
+    generations = set()
+    for entry in container.entries:
+        if not entry.usable:
+            return None
+        generations.add(entry.sm // 10)
+    if len(generations) <= 2 or any(e.suffix for e in container.entries):
+        return ", ".join(sorted({e.arch for e in container.entries}))
+    return None
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    """The most severe verdict (``native`` for none)."""
+    return max(verdicts, key=VERDICTS.index, default=NATIVE)
+
+
+def best(verdicts: Iterable[str]) -> str:
+    """The least severe verdict (``no-image`` for none)."""
+    return min(verdicts, key=VERDICTS.index, default=NO_IMAGE)
+
+
+# --- loading -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What ld.so would say, plus the driver the CUDA runtime it loads needs."""
+
+    verdict: str
+    reason: str
+    resolved: Dict[str, str] = field(default_factory=dict)
+    missing_symbols: Tuple[str, ...] = ()
+    cuda_runtime: Optional[int] = None
+    missing_library: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class _Closure:
+    order: Tuple[str, ...]
+    resolved: Dict[str, Dict[str, str]]
+    missing: Tuple[Tuple[str, str], ...]
+
+
+def system_library_dirs(root: str = "/") -> List[str]:
+    """The host's ld.so search directories: /etc/ld.so.conf (with includes), then the defaults.
+
+    LD_LIBRARY_PATH is ignored: it belongs to a shell, not to the host.
+    """
+    dirs: List[str] = []
+
+    def read_conf(path: str, depth: int) -> None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                lines = stream.read().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("include") and depth < 8:
+                pattern = line.split(None, 1)[1] if " " in line else ""
+                if not pattern.startswith("/"):
+                    pattern = os.path.join(os.path.dirname(path), pattern)
+                for included in sorted(glob.glob(os.path.join(root, pattern.lstrip("/")))):
+                    read_conf(included, depth + 1)
+            elif line.startswith("/"):
+                dirs.append(line)
+
+    read_conf(os.path.join(root, "etc/ld.so.conf"), 0)
+    defaults = ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu"]
+    defaults += ["/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"]
+    seen: List[str] = []
+    for directory in dirs + defaults:
+        if directory not in seen:
+            seen.append(directory)
+    return seen
+
+
+class Loader:
+    """ld.so's search and symbol binding, over files already read and the host's libraries.
+
+    ``files`` maps a path (a real path, or a virtual one for wheel members) to
+    its facts; host libraries are read on demand with ``read_host`` and
+    cached. Search order per DT_NEEDED, as ld.so: the requester's DT_RPATH
+    (when it has no DT_RUNPATH) and the RPATHs of the objects that loaded
+    it, its DT_RUNPATH, then the venv directories torch preloads
+    (``preload_dirs``: torch/lib, nvidia/*/lib) and the host's system
+    directories. Objects under ``checked_roots`` (the venv, the wheel) have
+    their symbol versions and undefined symbols checked; host libraries are
+    trusted to match their own dependencies.
+    """
+
+    def __init__(
+        self,
+        files: Mapping[str, LinkFacts],
+        read_host: Callable[[str], Optional[LinkFacts]],
+        preload_dirs: Sequence[str] = (),
+        system_dirs: Sequence[str] = (),
+        interpreter: Optional[str] = None,
+        checked_roots: Sequence[str] = (),
+    ) -> None:
+        self.files = dict(files)
+        self.read_host = read_host
+        self.preload_dirs = list(preload_dirs)
+        self.system_dirs = list(system_dirs)
+        self.interpreter = interpreter
+        self.checked_roots = [os.path.join(os.path.normpath(r), "") for r in checked_roots]
+        self._host: Dict[str, Optional[LinkFacts]] = {}
+        self._listing: Dict[str, FrozenSet[str]] = {}
+        self._virtual_dirs: Dict[str, Set[str]] = {}
+        self._sonames: Dict[str, str] = {}
+        for path, facts in sorted(self.files.items()):
+            self._virtual_dirs.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
+            self._sonames.setdefault(facts.soname or os.path.basename(path), path)
+        self._closures: Dict[str, _Closure] = {}
+        self._resolved: Dict[Tuple[str, Tuple[str, ...], str, int], Optional[str]] = {}
+        self._residue: Dict[str, Tuple[str, ...]] = {}
+        self._interpreter_scope: Optional[List[FrozenSet[str]]] = None
+        self._dependents: Optional[Dict[str, List[str]]] = None
+
+    # -- files ----------------------------------------------------------------
+
+    def facts(self, path: str) -> Optional[LinkFacts]:
+        if path in self.files:
+            return self.files[path]
+        if path not in self._host:
+            self._host[path] = self.read_host(path)
+        return self._host[path]
+
+    def is_system(self, path: str) -> bool:
+        """A host library: trusted to be consistent with its own dependencies, so not checked."""
+        return path not in self.files and not any(path.startswith(root) for root in self.checked_roots)
+
+    def _exists(self, directory: str, name: str) -> Optional[str]:
+        """The path ``directory/name`` resolves to, if it is a file."""
+        directory = os.path.normpath(directory)
+        if name in self._virtual_dirs.get(directory, ()):
+            return os.path.join(directory, name)
+        if directory not in self._listing:
+            try:
+                self._listing[directory] = frozenset(os.listdir(directory))
+            except OSError:
+                self._listing[directory] = frozenset()
+        if name not in self._listing[directory]:
+            return None
+        real = os.path.realpath(os.path.join(directory, name))
+        return real if os.path.isfile(real) else None
+
+    # -- search ---------------------------------------------------------------
+
+    def search_dirs(self, path: str, facts: LinkFacts, inherited: Sequence[str]) -> List[str]:
+        origin = os.path.dirname(path)
+        dirs: List[str] = []
+        if not facts.runpath:
+            dirs += [_expand(p, origin) for p in facts.rpath] + list(inherited)
+        dirs += [_expand(p, origin) for p in facts.runpath]
+        return dirs + self.preload_dirs + self.system_dirs
+
+    def resolve(self, name: str, path: str, facts: LinkFacts, inherited: Sequence[str] = ()) -> Optional[str]:
+        """Where ld.so finds DT_NEEDED ``name`` of the object at ``path``; None if nowhere.
+
+        Last resort, a library of the venv whose SONAME is ``name``: ld.so
+        reuses an object already loaded under that SONAME, and packages load
+        their own libraries before their plugins (triton's libtriton.so).
+        """
+        dirs = tuple(self.search_dirs(path, facts, inherited)) if "/" not in name else ()
+        key = (name, dirs, facts.machine, facts.elf_class)
+        if key not in self._resolved:
+            self._resolved[key] = self._search(name, dirs, facts)
+        return self._resolved[key]
+
+    def _search(self, name: str, dirs: Sequence[str], facts: LinkFacts) -> Optional[str]:
+        candidates = [os.path.join(d, name) for d in dirs] if dirs else [name]
+        for candidate in candidates:
+            found = self._exists(os.path.dirname(candidate), os.path.basename(candidate))
+            if found is None:
+                continue
+            other = self.facts(found)
+            # ld.so skips a library of another class or machine and keeps looking.
+            if other is not None and other.machine == facts.machine and other.elf_class == facts.elf_class:
+                return found
+        return self._sonames.get(name)
+
+    def closure(self, path: str) -> _Closure:
+        """Breadth-first load order from ``path``, each object's resolved DT_NEEDED, what is missing."""
+        if path in self._closures:
+            return self._closures[path]
+        order = [path]
+        resolved: Dict[str, Dict[str, str]] = {}
+        missing: List[Tuple[str, str]] = []
+        inherited: Dict[str, List[str]] = {path: []}
+        by_name: Dict[str, str] = {}
+        queue = [path]
+        while queue:
+            current = queue.pop(0)
+            facts = self.facts(current)
+            if facts is None:
+                continue
+            resolved[current] = {}
+            rpaths = [] if facts.runpath else [_expand(p, os.path.dirname(current)) for p in facts.rpath]
+            for name in facts.needed:
+                # ld.so maps a SONAME once; later requests reuse the loaded object.
+                found = by_name.get(name) or self.resolve(name, current, facts, inherited[current])
+                if found is None and name in DRIVER_LIBRARIES:
+                    found = DRIVER
+                if found is None:
+                    missing.append((name, current))
+                    continue
+                resolved[current][name] = found
+                by_name[name] = found
+                if found != DRIVER and found not in inherited:
+                    inherited[found] = inherited[current] + rpaths
+                    order.append(found)
+                    queue.append(found)
+        result = _Closure(tuple(order), resolved, tuple(missing))
+        self._closures[path] = result
+        return result
+
+    def dependents(self, path: str) -> List[str]:
+        """Files (of ``files``) that load ``path`` through their DT_NEEDED closure."""
+        if self._dependents is None:
+            self._dependents = {}
+            for root in sorted(self.files):
+                for obj in self.closure(root).order[1:]:
+                    self._dependents.setdefault(obj, []).append(root)
+        return self._dependents.get(path, [])
+
+    # -- symbols --------------------------------------------------------------
+
+    def interpreter_scope(self) -> List[FrozenSet[str]]:
+        """Symbols of the Python executable and what it loads: extensions bind to them."""
+        if self._interpreter_scope is None:
+            self._interpreter_scope = []
+            if self.interpreter and self.facts(self.interpreter) is not None:
+                order = self.closure(self.interpreter).order
+                self._interpreter_scope = [
+                    f.exported for f in (self.facts(p) for p in order) if f is not None
+                ]
+        return self._interpreter_scope
+
+    def _scope(self, root: str) -> List[FrozenSet[str]]:
+        closure = self.closure(root)
+        scope = [f.exported for f in (self.facts(p) for p in closure.order) if f is not None]
+        return scope + self.interpreter_scope()
+
+    def _unbound(self, symbols: Iterable[str], root: str) -> Tuple[str, ...]:
+        """Of ``symbols``, those nothing in ``root``'s load scope (and the interpreter) exports."""
+        closure = self.closure(root)
+        scope = self._scope(root)
+        prefixes: Tuple[str, ...] = ()
+        for names in closure.resolved.values():
+            for name, where in names.items():
+                if where == DRIVER:
+                    prefixes += DRIVER_LIBRARIES[name]
+        if not self.interpreter_scope():
+            prefixes += ("Py", "_Py")  # no interpreter file: assume it provides the C API
+        return tuple(
+            s
+            for s in symbols
+            if not any(s in exported for exported in scope) and not (prefixes and s.startswith(prefixes))
+        )
+
+    def missing_symbols(self, obj: str, root: str) -> Tuple[str, ...]:
+        """Strong undefined symbols of ``obj`` unbound when ``root`` is loaded (ld.so's global scope).
+
+        Anything ``obj``'s own load scope binds, any larger scope binds too, so
+        only the residue of the first check is looked up again per root.
+        """
+        if obj not in self._residue:
+            facts = self.facts(obj)
+            self._residue[obj] = self._unbound(facts.undefined if facts else (), obj)
+        residue = self._residue[obj]
+        return residue if not residue or root == obj else self._unbound(residue, root)
+
+    # -- the verdict ------------------------------------------------------------
+
+    def check(
+        self, path: str, driver: Optional[DriverVersion] = None, unresolved: str = WONT_LOAD
+    ) -> LoadReport:
+        """Would ``path`` load? ``unresolved`` is the verdict for a DT_NEEDED found nowhere
+        (``unknown`` for a wheel, whose dependencies come from other wheels)."""
+        closure = self.closure(path)
+        flat = {name: where for names in closure.resolved.values() for name, where in names.items()}
+        runtime = _cuda_runtime(flat, closure.missing)
+        if closure.missing:
+            name, needed_by = closure.missing[0]
+            reason = self._missing_reason(name, needed_by, path)
+            return LoadReport(unresolved, reason, flat, (), runtime, missing_library=name)
+        checked = [obj for obj in closure.order if obj == path or not self.is_system(obj)]
+        for obj in checked:
+            problem = self._version_problem(obj, closure.resolved.get(obj, {}), path)
+            if problem:
+                return LoadReport(WONT_LOAD, problem, flat, (), runtime)
+        for obj in checked:
+            symbols = self.missing_symbols(obj, path)
+            if symbols and obj == path:
+                symbols = self._bound_by_dependents(path, symbols)
+            if symbols:
+                via = "" if obj == path else f" (in {os.path.basename(obj)}, which it loads)"
+                ranked = sorted(symbols, key=lambda s: (not s.startswith(TORCH_ABI_PREFIXES), s))
+                more = f" and {len(symbols) - 1} more" if len(symbols) > 1 else ""
+                reason = f"undefined symbol {ranked[0]}{more}{via}: no library it loads exports it"
+                return LoadReport(WONT_LOAD, reason, flat, tuple(ranked), runtime)
+        if driver is not None and runtime is not None and runtime in RUNTIME_DRIVER:
+            needed = RUNTIME_DRIVER[runtime]
+            if _older(driver, needed):
+                reason = f"CUDA {runtime} runtime needs driver >= {needed}"
+                return LoadReport(WONT_LOAD, reason, flat, (), runtime)
+        return LoadReport(LOAD_OK, "loads", flat, (), runtime)
+
+    def _bound_by_dependents(self, path: str, symbols: Tuple[str, ...]) -> Tuple[str, ...]:
+        """A library that others load (libtorch_nvshmem.so by libtorch_cuda.so) binds
+        in their scope: it is fine when one of them loads cleanly binds it all."""
+        for dependent in self.dependents(path):
+            if not self._unbound(symbols, dependent):
+                return ()
+        return symbols
+
+    def _missing_reason(self, name: str, needed_by: str, root: str) -> str:
+        via = "" if needed_by == root else f" (needed by {os.path.basename(needed_by)})"
+        match = _CUDART.match(name)
+        if match:
+            have = sorted({os.path.basename(p) for p in self.files if _CUDART.match(os.path.basename(p))})
+            also = "; the venv has {}".format(", ".join(have)) if have else ""
+            nowhere = "which nothing in the venv or on the host provides"
+            return f"needs the CUDA {match.group(1)} runtime ({name}){via}, {nowhere}{also}"
+        return f"needs {name}{via}: not found in its RPATH/RUNPATH, the venv or the host's library paths"
+
+    def _version_problem(self, path: str, resolved: Mapping[str, str], root: str) -> Optional[str]:
+        facts = self.facts(path)
+        if facts is None:
+            return None
+        for library, versions in sorted(facts.version_needs.items()):
+            where = resolved.get(library)
+            provider = self.facts(where) if where and where != "driver" else None
+            if provider is None or not provider.version_defs:
+                continue  # ld.so only warns about a library without version definitions
+            defined = set(provider.version_defs)
+            for version in versions:
+                if version not in defined:
+                    family = version.rsplit("_", 1)[0]
+                    offered = _highest(v for v in defined if v.rsplit("_", 1)[0] == family)
+                    has = (f"; {where} provides up to {offered}") if offered else ""
+                    via = "" if path == root else f" (in {os.path.basename(path)}, which it loads)"
+                    return f"needs {version} from {library}{via}{has}"
+        return None
+
+
+def _expand(entry: str, origin: str) -> str:
+    return os.path.normpath(entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin))
+
+
+def _cuda_runtime(resolved: Mapping[str, str], missing: Sequence[Tuple[str, str]]) -> Optional[int]:
+    for name in list(resolved) + [m[0] for m in missing]:
+        match = _CUDART.match(name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _highest(versions: Iterable[str]) -> Optional[str]:
+    def key(name: str) -> Tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", name))
+
+    found = sorted(versions, key=key)
+    return found[-1] if found else None
+
+
+def demangle(symbols: Sequence[str]) -> Dict[str, str]:
+    """C++ names for mangled symbols through ``c++filt`` when it is on PATH; else as given."""
+    names = {s: s for s in symbols}
+    tool = shutil.which("c++filt")
+    mangled = [s for s in symbols if s.startswith("_Z")]
+    if not tool or not mangled:
+        return names
+    try:
+        done = subprocess.run(
+            [tool], input="\n".join(mangled) + "\n", capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return names
+    lines = done.stdout.splitlines()
+    if len(lines) == len(mangled):
+        names.update(zip(mangled, lines))  # noqa: B905 (lengths checked; 3.8 has no strict=)
+    return names

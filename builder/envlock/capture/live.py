@@ -1,0 +1,152 @@
+"""The live side of ``envlock verify``: a venv's manifest rows, without building a lock.
+
+A full capture (``capture(..., CaptureOptions(write=False))``) also traces
+every distribution to its wheel and repacks what no index can give back:
+right for ``diff live:HOST``, wasted work for verify, which only asks "are
+the files still what the lock says". This path runs the same agent snapshot
+(so its stat cache makes an unchanged venv cost one ``lstat`` per file) and
+the same ``collect_files``/``scaffold_rows`` as capture, so a live row and a
+locked row for an untouched file are equal by construction.
+
+The agent's stdout depends on the venv's content alone (statistics go to
+stderr), so the manifest digest it leads to is remembered per answer: an
+unchanged venv is recognised by hashing 7 MB of JSON instead of parsing it
+and rebuilding 22,000 rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envlock.capture.files import collect_files, scaffold_rows
+from envlock.hosts import load_profile
+from envlock.lock.manifest import manifest_sha256, render_manifest
+from envlock.lock.model import FileEntry
+from envlock.transport import ProgressCallback, open_transport, run_agent
+from envlock.workspace import Workspace, cache_dir
+
+
+class LiveVenv:
+    """What a venv holds right now, in the lock's own terms.
+
+    ``digest`` (manifest sha256, distributions, Python) is cheap when this
+    agent answer was seen before; ``rows`` always parses the answer.
+    """
+
+    def __init__(self, host: str, raw: bytes, stats: dict[str, int], memo_path: Path | None) -> None:
+        from envlock import __version__
+
+        self.host = host
+        self.stats = stats
+        self._raw = raw
+        self._memo_path = memo_path
+        self._key = hashlib.sha256(__version__.encode() + b"\0" + raw).hexdigest()
+
+    @cached_property
+    def _snapshot(self) -> dict[str, Any]:
+        described, inventory = self._raw.split(b"\n", 1)
+        snapshot: dict[str, Any] = {**json.loads(described), **json.loads(inventory)}
+        return snapshot
+
+    @cached_property
+    def _built(self) -> tuple[tuple[FileEntry, ...], dict[str, str], tuple[str, ...]]:
+        return build_rows(self._snapshot)
+
+    @property
+    def rows(self) -> tuple[FileEntry, ...]:
+        """Manifest rows, exactly as capture would write them."""
+        return self._built[0]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self._built[2]
+
+    @cached_property
+    def digest(self) -> tuple[str, dict[str, str], str]:
+        """(manifest sha256, {name: version}, Python version) of the live venv."""
+        remembered = self._recall()
+        if remembered is not None:
+            return remembered
+        rows, dists, _ = self._built
+        result = (
+            manifest_sha256(render_manifest(rows)),
+            dists,
+            str(self._snapshot["interpreter"]["version"]),
+        )
+        self._remember(result)
+        return result
+
+    def _recall(self) -> tuple[str, dict[str, str], str] | None:
+        if self._memo_path is None:
+            return None
+        try:
+            memo = json.loads(self._memo_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(memo, dict) or memo.get("key") != self._key:
+            return None
+        return str(memo["manifest"]), dict(memo["dists"]), str(memo["python"])
+
+    def _remember(self, result: tuple[str, dict[str, str], str]) -> None:
+        if self._memo_path is None:
+            return
+        data = {"key": self._key, "manifest": result[0], "dists": result[1], "python": result[2]}
+        try:
+            self._memo_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._memo_path.with_name(f".{self._memo_path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self._memo_path)
+        except OSError:
+            pass  # a memo that cannot be written only costs the next run its shortcut
+
+
+def snapshot_live(
+    workspace: Workspace,
+    host: str,
+    *,
+    use_cache: bool = True,
+    jobs: int = 0,
+    on_progress: ProgressCallback | None = None,
+) -> LiveVenv:
+    """Run the agent's snapshot on ``host``; ``use_cache=False`` rehashes every file."""
+    profile = load_profile(workspace, host)
+    args = ["snapshot", "--venv", profile.venv]
+    if jobs:
+        args += ["--jobs", str(jobs)]
+    if not use_cache:
+        args.append("--no-cache")
+    stats: dict[str, int] = {}
+
+    def relay(event: dict[str, Any]) -> None:
+        if event.get("phase") == "stats":
+            stats.update({k: v for k, v in event.items() if k != "phase"})
+        elif on_progress is not None:
+            on_progress(event)
+
+    with open_transport(profile) as transport:
+        raw = run_agent(transport, profile.venv, args, on_progress=relay)
+    place = hashlib.sha256(f"{workspace.root}\0{host}\0{profile.venv}".encode()).hexdigest()[:16]
+    memo = cache_dir() / "verify" / f"{place}-{host}.json" if use_cache else None
+    return LiveVenv(host, raw, stats, memo)
+
+
+def build_rows(snapshot: dict[str, Any]) -> tuple[tuple[FileEntry, ...], dict[str, str], tuple[str, ...]]:
+    """Manifest rows and {name: version} of a snapshot, by the same functions as capture's."""
+    snapshot["_files"] = {row[0]: (row[1], row[2], row[3]) for row in snapshot["files"]}
+    snapshot["_links"] = dict(snapshot["links"])
+    owners: dict[str, str] = {}
+    warnings: list[str] = []
+    rows: list[FileEntry] = []
+    dists: dict[str, str] = {}
+    for dist in snapshot["dists"]:
+        dists[canonicalize_name(dist["name"])] = dist["version"]
+        rows.extend(collect_files(snapshot, dist, owners, warnings).entries)
+    rows.extend(scaffold_rows(snapshot, owners))
+    return tuple(rows), dists, tuple(warnings)

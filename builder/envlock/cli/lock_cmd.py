@@ -1,0 +1,115 @@
+"""``envlock lock HOST`` and ``envlock lock --check HOST``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+from envlock.cli.commands import summary
+from envlock.cli.render import envelope, table
+from envlock.errors import ExitCode
+
+if TYPE_CHECKING:
+    from envlock.hosts import HostProfile
+    from envlock.resolve import LockResult
+from envlock.workspace import open_workspace
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "lock",
+        parents=[common],
+        help=summary("lock"),
+        description="Write locks/pylock.<host>.toml for HOST from the lock of its reference "
+        "(profile `reference`): the reference's bytes wherever they run on HOST, else the same "
+        "version from another artifact, else the smallest version change; every deviation "
+        "carries its reason. The target is described by the profile's [target] and [gpu] "
+        "tables, or probed on the host.",
+    )
+    p.add_argument("host")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 when the lock on disk is stale; write nothing"
+    )
+    p.set_defaults(run=run)
+
+
+def probe(profile: HostProfile) -> dict[str, object]:
+    """Interpreter, platform and GPUs of the host, from its base interpreter."""
+    from envlock.transport import open_transport, run_agent
+
+    python = profile.python or f"{profile.venv}/bin/python"
+    with open_transport(profile) as transport:
+        answer: dict[str, object] = json.loads(run_agent(transport, profile.venv, ["ping"], python=python))
+    return answer
+
+
+def run(args: argparse.Namespace) -> int:
+    from envlock.resolve import lock_host  # imported late: `envlock --help` stays fast
+
+    workspace = open_workspace(args.root)
+    result = lock_host(workspace, args.host, check=args.check, probe=probe)
+    if args.format == "json":
+        print(envelope("lock", True, {"result": result_json(result)}))
+    else:
+        print(render_text(result, args.check))
+    if args.check and result.stale:
+        return int(ExitCode.FINDINGS)
+    return int(ExitCode.OK)
+
+
+def result_json(result: LockResult) -> dict[str, Any]:
+    from envlock.resolve.target import describe
+
+    lock = result.lock
+    return {
+        "host": lock.host,
+        "reference": lock.reference,
+        "target": describe(result.env),
+        "digest": lock.digest,
+        "changed": result.changed,
+        "stale": result.stale,
+        "written": result.written,
+        "packages": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "wheel": p.wheel.filename,
+                "sha256": p.wheel.sha256,
+                "kept": p.name not in result.deviations,
+                "reason": result.deviations.get(p.name),
+            }
+            for p in lock.packages
+        ],
+    }
+
+
+def render_text(result: LockResult, check: bool) -> str:
+    import textwrap
+
+    from envlock.resolve.target import describe
+
+    lock = result.lock
+    lines = [f"target: {describe(result.env)}"]
+    changed = [p for p in lock.packages if p.name in result.deviations]
+    if changed:
+        rows = [[p.name, p.version, p.wheel.filename] for p in changed]
+        lines += ["", table(["package", "version", "wheel"], rows), ""]
+        for p in changed:
+            why = textwrap.fill(
+                result.deviations[p.name],
+                width=96,
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            lines.append(f"{p.name}: {why}")
+        lines.append("")
+    kept = len(lock.packages) - len(changed)
+    lines.append(f"{len(lock.packages)} packages: {kept} keep the reference's bytes, {len(changed)} differ")
+    path = f"locks/pylock.{lock.host}.toml"
+    if check:
+        lines.append(f"{path}: {'stale' if result.stale else 'up to date'}")
+    else:
+        lines.append(f"{path}: {'written' if result.written else 'unchanged'}")
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""``envlock verify HOST``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from envlock.cli.commands import summary
+from envlock.cli.render import ProgressBar, envelope, table
+from envlock.errors import ExitCode
+from envlock.verify import FLAGS, FileDrift, VerifyResult, verify
+from envlock.workspace import open_workspace
+
+FOLD = 10  # files listed per drifted distribution before the rest is counted
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help=summary("verify"),
+        description="Hash the host's venv (the stat cache skips unchanged files) and compare every "
+        "file and distribution with locks/pylock.<host>.toml and its manifest. Flags: S size, "
+        "5 sha256, M kind (f/x/l), L symlink target. Exit 0 clean, 1 drift, 2 could not run.",
+    )
+    p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
+    p.add_argument("--no-cache", action="store_true", help="rehash every file")
+    p.add_argument("--jobs", type=int, default=0, help="hashing threads (default: 2 per core)")
+    p.add_argument("--all", action="store_true", help="list every file of drifted distributions")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = open_workspace(args.root)
+    bar = ProgressBar("hashing")
+
+    def on_progress(event: dict[str, Any]) -> None:
+        bar.update(event["done"], event["total"], f"{event['files']}/{event['total_files']} files")
+
+    started = time.monotonic()
+    try:
+        result = verify(
+            workspace, args.host, use_cache=not args.no_cache, jobs=args.jobs, on_progress=on_progress
+        )
+    finally:
+        bar.close()
+    elapsed = time.monotonic() - started
+    shown = str(result.lock_path.relative_to(workspace.root))
+    if args.format == "json":
+        print(envelope("verify", True, {"result": result_json(result, shown, elapsed)}))
+    else:
+        print(render_text(result, shown, elapsed, fold=not args.all))
+    return int(ExitCode.OK if result.clean else ExitCode.FINDINGS)
+
+
+def _file_json(drift: FileDrift) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": drift.path, "owner": drift.owner, "state": drift.state}
+    if drift.flags:
+        out["flags"] = drift.flags
+    for side, row in (("locked", drift.locked), ("live", drift.live)):
+        if row is not None:
+            out[side] = {"sha256": row.sha256, "size": row.size, "kind": row.kind}
+    return out
+
+
+def result_json(result: VerifyResult, shown: str, elapsed: float) -> dict[str, Any]:
+    return {
+        "host": result.host,
+        "lock": shown,
+        "clean": result.clean,
+        "files_checked": result.files_checked,
+        "python": {"locked": result.python_locked, "live": result.python_live},
+        "distributions": [
+            {"name": d.name, "state": d.state, "locked": d.locked, "live": d.live} for d in result.dists
+        ],
+        "files": [_file_json(f) for f in result.files],
+        "seconds": round(elapsed, 3),
+        "stats": dict(result.stats),
+        "warnings": list(result.warnings),
+    }
+
+
+def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = True) -> str:
+    stats = result.stats
+    timing = (
+        f"in {elapsed:.1f} s ({stats.get('hashed', 0)} hashed, {stats.get('cached', 0)} from the stat cache)"
+    )
+    if result.clean:
+        return f"{result.host}: {result.files_checked} files match {shown} {timing}"
+    lines: list[str] = []
+    if result.python_locked != result.python_live:
+        lines.append(f"python {result.python_locked} -> {result.python_live}")
+    if result.dists:
+        rows = []
+        for d in result.dists:
+            note = {"version": "version drift", "missing": "not in the venv", "extra": "not in the lock"}[
+                d.state
+            ]
+            rows.append([d.name, d.locked or "-", d.live or "-", note])
+        lines += [table(["distribution", "locked", "live", ""], rows), ""]
+    drifted = {d.name for d in result.dists}
+    shown_per_owner: dict[str, int] = {}
+    folded = 0
+    for f in result.files:
+        if fold and f.owner in drifted:
+            shown_per_owner[f.owner] = shown_per_owner.get(f.owner, 0) + 1
+            if shown_per_owner[f.owner] > FOLD:
+                folded += 1
+                continue
+        mark = f.flags if f.state == "changed" else f.state
+        lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
+    if folded:
+        lines.append(f"… and {folded} more file(s) of drifted distributions (--all lists them)")
+    counts = {
+        state: sum(1 for f in result.files if f.state == state) for state in ("changed", "missing", "extra")
+    }
+    lines += [
+        "",
+        f"{result.host}: drift from {shown}: {counts['changed']} changed, {counts['missing']} missing, "
+        f"{counts['extra']} extra file(s); {len(result.dists)} distribution(s) {timing}",
+        f"flags: {' '.join(FLAGS)} = size, sha256, kind (f/x/l), symlink target",
+    ]
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines)

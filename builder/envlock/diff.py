@@ -1,0 +1,273 @@
+"""``envlock diff A B``: what differs between two locks, or a lock and a live venv.
+
+Each side is a lock file, a host name (its lock), or ``live:HOST`` (a fresh
+capture that writes nothing). The result names each package change the way
+a person would say it (``xgrammar 0.1.10 -> 0.1.32 (upgrade)``,
+``llguidance 1.3.0 only on ct129``), the environment changes (Python,
+glibc, GPU), and the native libraries that will load on one side but not
+on the other (``loadable``), since that is what the version list alone
+never shows. ``envlock review`` classifies the same result into findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+
+from envlock.errors import EnvlockError, LockError
+from envlock.loadable import LoadProblem, load_problems
+from envlock.lock.model import Lock, Package
+from envlock.lockpair import LockPair, LockText, pair_from_locks, pair_from_texts, parse_whole
+from envlock.workspace import Workspace
+
+ChangeKind = Literal["upgrade", "downgrade", "added", "removed", "artifact"]
+
+
+@dataclass(frozen=True, slots=True)
+class PackageChange:
+    """One package that differs. ``artifact``: same version, other bytes or origin."""
+
+    name: str
+    kind: ChangeKind
+    before: Package | None
+    after: Package | None
+
+    @property
+    def from_version(self) -> str | None:
+        return self.before.version if self.before else None
+
+    @property
+    def to_version(self) -> str | None:
+        return self.after.version if self.after else None
+
+    def describe(self, a_label: str, b_label: str) -> str:
+        if self.kind == "added":
+            assert self.after is not None
+            return f"{self.name} {self.after.version} only on {b_label}"
+        if self.kind == "removed":
+            assert self.before is not None
+            return f"{self.name} {self.before.version} only on {a_label}"
+        assert self.before is not None and self.after is not None
+        if self.kind == "artifact":
+            return (
+                f"{self.name} {self.after.version}: same version, {artifact_change(self.before, self.after)}"
+            )
+        return f"{self.name} {self.before.version} -> {self.after.version} ({self.kind})"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvChange:
+    """A host or venv fact that differs: Python, ABI, platform, glibc, GPU, indexes."""
+
+    what: str
+    before: str
+    after: str
+
+    def describe(self) -> str:
+        return f"{self.what} {self.before or '-'} -> {self.after or '-'}"
+
+
+@dataclass(frozen=True, slots=True)
+class LockDiff:
+    a_label: str
+    b_label: str
+    a: Lock  # the packages that differ (and those a load verdict depends on): see lockpair
+    b: Lock
+    changes: tuple[PackageChange, ...]
+    environment: tuple[EnvChange, ...]
+    load_only_a: tuple[LoadProblem, ...]  # will not load on a, loads on b
+    load_only_b: tuple[LoadProblem, ...]
+    packages_a: int
+    packages_b: int
+    unchanged: int
+
+    @property
+    def identical(self) -> bool:
+        return not (self.changes or self.environment or self.load_only_a or self.load_only_b)
+
+
+def _origin_key(pkg: Package) -> tuple[object, ...]:
+    wheel = pkg.wheel
+    return (
+        pkg.version,
+        wheel.filename,
+        wheel.sha256,
+        wheel.url,
+        wheel.path,
+        pkg.source,
+        pkg.index,
+        pkg.tree_digest,
+        pkg.native,
+    )
+
+
+def differs(before: Package, after: Package) -> bool:
+    """True when the bytes, version or origin differ (bookkeeping such as ``requested`` is ignored)."""
+    return _origin_key(before) != _origin_key(after)
+
+
+def version_kind(before: str, after: str) -> ChangeKind:
+    if before == after:
+        return "artifact"
+    try:
+        return "downgrade" if Version(after) < Version(before) else "upgrade"
+    except InvalidVersion:
+        return "upgrade"  # not PEP 440: order unknown; still a version change
+
+
+def artifact_change(before: Package, after: Package) -> str:
+    """What changed about a package whose version did not."""
+    b, a = before.wheel, after.wheel
+    if b.filename != a.filename:
+        return f"other wheel: {b.filename} -> {a.filename}"
+    if b.sha256 != a.sha256:
+        return f"other bytes: {a.filename} sha256 {b.sha256[:12]} -> {a.sha256[:12]}"
+    if before.source != after.source:
+        return f"source {before.source} -> {after.source}"
+    if before.tree_digest != after.tree_digest:
+        return "installed files differ"
+    if (before.index, b.url) != (after.index, a.url):
+        return f"fetched from elsewhere: {before.index or b.url} -> {after.index or a.url}"
+    return "native facts differ"
+
+
+def gpu_ccs(lock: Lock) -> tuple[str, ...]:
+    """Compute capabilities of the lock's host, from nvidia-smi or the profile."""
+    gpu = lock.gpu or {}
+    if gpu.get("source") == "nvidia-smi":
+        return tuple(sorted({str(d.get("cc", "")) for d in gpu.get("devices", []) if d.get("cc")}))
+    return tuple(sorted(str(cc) for cc in gpu.get("cc", [])))
+
+
+def gpu_summary(lock: Lock) -> str:
+    gpu = lock.gpu or {}
+    ccs = gpu_ccs(lock)
+    if not ccs:
+        return ""
+    drivers = {str(d.get("driver")) for d in gpu.get("devices", []) if d.get("driver")}
+    if gpu.get("driver"):
+        drivers.add(str(gpu["driver"]))
+    text = "cc " + ", ".join(ccs)
+    return text + (f", driver {', '.join(sorted(drivers))}" if drivers else "")
+
+
+def platform_summary(lock: Lock) -> str:
+    plat = lock.platform
+    return " ".join(str(plat.get(k, "")) for k in ("machine", "libc", "libc-version")).strip()
+
+
+def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
+    facts = (
+        ("python", str(a.interpreter.get("version", "")), str(b.interpreter.get("version", ""))),
+        ("abi", str(a.interpreter.get("abi", "")), str(b.interpreter.get("abi", ""))),
+        ("platform", platform_summary(a), platform_summary(b)),
+        ("gpu", gpu_summary(a), gpu_summary(b)),
+        ("indexes", " ".join(a.indexes), " ".join(b.indexes)),
+        ("find-links", " ".join(a.find_links), " ".join(b.find_links)),
+    )
+    return tuple(EnvChange(what, x, y) for what, x, y in facts if x != y)
+
+
+def diff_pair(pair: LockPair, a_label: str, b_label: str) -> LockDiff:
+    a, b = pair.a, pair.b
+    before = {p.name: p for p in a.packages}
+    after = {p.name: p for p in b.packages}
+    changes: list[PackageChange] = []
+    for name in sorted(pair.names_a | pair.names_b):
+        old, new = before.get(name), after.get(name)
+        if name not in pair.names_b:
+            changes.append(PackageChange(name, "removed", old, None))
+        elif name not in pair.names_a:
+            changes.append(PackageChange(name, "added", None, new))
+        elif old is not None and new is not None and differs(old, new):
+            changes.append(PackageChange(name, version_kind(old.version, new.version), old, new))
+    problems_a, problems_b = load_problems(a), load_problems(b)
+    common = len(pair.names_a & pair.names_b)
+    changed_common = sum(1 for c in changes if c.kind not in ("added", "removed"))
+    return LockDiff(
+        a_label=a_label,
+        b_label=b_label,
+        a=a,
+        b=b,
+        changes=tuple(changes),
+        environment=environment_changes(a, b),
+        load_only_a=tuple(sorted(problems_a - problems_b)),
+        load_only_b=tuple(sorted(problems_b - problems_a)),
+        packages_a=len(pair.names_a),
+        packages_b=len(pair.names_b),
+        unchanged=common - changed_common,
+    )
+
+
+def diff_locks(a: Lock, b: Lock, a_label: str | None = None, b_label: str | None = None) -> LockDiff:
+    """Compare two parsed locks."""
+    return diff_pair(pair_from_locks(a, b), a_label or a.host, b_label or b.host)
+
+
+# ---------------------------------------------------------------- sides
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of a diff, as the user named it."""
+
+    spec: str
+    source: str  # shown in messages
+    text: str | None = None  # a lock file's text
+    lock: Lock | None = None  # a live capture
+
+
+def open_side(workspace: Workspace, spec: str) -> Side:
+    """``live:HOST``, a path to a lock file, or a host name (its lock)."""
+    if spec.startswith("live:"):
+        host = spec[len("live:") :]
+        if not host:
+            raise EnvlockError("live: needs a host name, like live:ct129")
+        from envlock.capture import CaptureOptions, capture
+
+        return Side(spec, spec, lock=capture(workspace, host, CaptureOptions(write=False)).lock)
+    path = Path(spec)
+    if not (path.suffix == ".toml" or "/" in spec or path.is_file()):
+        path = workspace.lock_path(spec)
+    elif not path.is_absolute() and not path.exists():
+        path = workspace.root / spec
+    shown = str(path.relative_to(workspace.root)) if path.is_relative_to(workspace.root) else str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise LockError(f"{shown}: no such lock (run `envlock capture` or `envlock lock` first)") from exc
+    except OSError as exc:
+        raise LockError(f"{shown}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{shown}: not UTF-8 text") from exc
+    return Side(spec, shown, text=text)
+
+
+def diff_sides(a: Side, b: Side) -> LockDiff:
+    if a.text is not None and b.text is not None:
+        pair = pair_from_texts(a.text, a.source, b.text, b.source)
+    else:
+        pair = pair_from_locks(_whole(a), _whole(b))
+    a_label, b_label = _label(a, pair.a), _label(b, pair.b)
+    if a_label == b_label:
+        a_label, b_label = a.spec, b.spec
+    return diff_pair(pair, a_label, b_label)
+
+
+def _whole(side: Side) -> Lock:
+    if side.lock is not None:
+        return side.lock
+    assert side.text is not None
+    return parse_whole(LockText(side.source, side.text))
+
+
+def _label(side: Side, lock: Lock) -> str:
+    return side.spec if side.lock is not None else lock.host
+
+
+def diff(workspace: Workspace, a: str, b: str) -> LockDiff:
+    """``envlock diff A B``."""
+    return diff_sides(open_side(workspace, a), open_side(workspace, b))

@@ -1,0 +1,104 @@
+"""The environment a lock is resolved for: never the interpreter envlock runs on.
+
+From the profile's ``[target]`` table when present (lock offline, before the
+host exists), else probed on the host by the agent in its base interpreter.
+GPU facts come from the profile's ``[gpu]``.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass
+from typing import Any
+
+from packaging import tags as _tags
+
+from envlock.errors import EnvlockError
+from envlock.hosts import HostProfile
+from envlock.lock.model import Lock
+from envlock.tags import interpreter_tags, platform_tags
+
+
+@dataclass(frozen=True, slots=True)
+class TargetEnv:
+    python: str  # full version, "3.12.1"
+    implementation: str  # "cpython"
+    machine: str
+    libc: str  # "glibc"
+    libc_version: str
+    gpu_cc: tuple[str, ...]
+    driver: str | None
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.python.split(".")[:2])
+
+    @property
+    def interpreter(self) -> dict[str, Any]:
+        return {"implementation": self.implementation, "version": self.python}
+
+    @property
+    def platform(self) -> dict[str, Any]:
+        return {"machine": self.machine, "libc": self.libc, "libc_version": self.libc_version}
+
+    def tags(self) -> list[_tags.Tag]:
+        return interpreter_tags(self.interpreter, self.platform)
+
+    def platform_tags(self) -> list[str]:
+        return platform_tags(self.machine, self.libc, self.libc_version)
+
+    def markers(self) -> dict[str, str]:
+        """PEP 508 marker environment of the target."""
+        impl = {"cpython": "CPython", "pypy": "PyPy"}.get(self.implementation, self.implementation)
+        return {
+            "implementation_name": self.implementation,
+            "implementation_version": self.python,
+            "os_name": "posix",
+            "platform_machine": self.machine,
+            "platform_python_implementation": impl,
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": self.python,
+            "python_version": self.major_minor,
+            "sys_platform": "linux",
+            "extra": "",
+        }
+
+
+def target_env(profile: HostProfile, reference: Lock, probe: Any | None = None) -> TargetEnv:
+    """``probe``: a callable returning the agent's interpreter and platform facts, used when
+    the profile has no ``[target]`` table."""
+    gpu_cc = profile.gpu.cc if profile.gpu else ()
+    driver = profile.gpu.driver if profile.gpu else None
+    if profile.target is not None:
+        facts = profile.target
+        return TargetEnv(
+            python=facts.python,
+            implementation=facts.implementation,
+            machine=facts.machine,
+            libc="glibc",
+            libc_version=facts.glibc or str(reference.platform.get("libc-version", "")),
+            gpu_cc=gpu_cc,
+            driver=driver,
+        )
+    if probe is None:
+        raise EnvlockError(f"{profile.path}: no [target] table and no way to probe {profile.name}")
+    found = probe()
+    interp, plat = found["interpreter"], found["platform"]
+    return TargetEnv(
+        python=interp["version"],
+        implementation=interp["implementation"],
+        machine=plat["machine"] or _platform.machine(),
+        libc=plat.get("libc") or "glibc",
+        libc_version=plat.get("libc_version") or "",
+        gpu_cc=tuple(g["cc"] for g in found.get("gpu") or []) or gpu_cc,
+        driver=((found.get("gpu") or [{}])[0].get("driver")) or driver,
+    )
+
+
+def describe(env: TargetEnv) -> str:
+    gpu = f", GPU {'/'.join('sm_' + cc.replace('.', '') for cc in env.gpu_cc)}" if env.gpu_cc else ""
+    driver = f", driver {env.driver}" if env.driver else ""
+    platform = f"{env.machine} {env.libc} {env.libc_version}"
+    return f"Python {env.python} ({env.implementation}) on {platform}{gpu}{driver}"
