@@ -116,7 +116,22 @@ def test_tampered_lock_is_refused(tmp_path: Path, reference: Reference) -> None:
     shutil.copy(root / "locks" / "pylock.ct129.files.tsv", manifest)
     tree = 'tree-digest = "sha256:'
     start = text.index(tree, text.index('name = "six"')) + len(tree)
-    lock.write_text(text[:start] + "0" * 64 + text[start + 64 :])
+    forged = text[:start] + "0" * 64 + text[start + 64 :]
+    lock.write_text(forged)
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 2
+    assert "tool.envlock.digest does not match its packages" in proc.stderr
+    # A careful forger also fixes the venv digest: the manifest still gives it away.
+    import tomllib
+
+    from envlock.lock.digest import venv_digest
+    from envlock.lock.io import read_lock
+
+    doc = tomllib.loads(forged)
+    packages = [(p["name"], p["version"], p["tool"]["envlock"]["tree-digest"]) for p in doc["packages"]]
+    fixed = venv_digest(doc["tool"]["envlock"]["interpreter"]["version"], packages)
+    lock.write_text(forged.replace(doc["tool"]["envlock"]["digest"], fixed))
+    assert read_lock(lock).digest == fixed
     proc = run_envlock(root, "apply", "ct200")
     assert proc.returncode == 2
     assert "six: tree-digest does not match the manifest" in proc.stderr

@@ -75,12 +75,15 @@ def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]
     for pkg in lock.packages:
         if tree_digest(by_owner.get(pkg.name, [])) != pkg.tree_digest:
             raise LockError(f"{shown}: {pkg.name}: tree-digest does not match the manifest (edited by hand?)")
-    expected = venv_digest(
-        str(lock.interpreter["version"]), [(p.name, p.version, p.tree_digest) for p in lock.packages]
-    )
-    if expected != lock.digest:
-        raise LockError(f"{shown}: tool.envlock.digest does not match its packages (edited by hand?)")
+    check_digest(lock, shown)
     return lock, rows
+
+
+def check_digest(lock: Lock, shown: str) -> None:
+    """The lock's venv digest must match its packages (cheap: no manifest needed)."""
+    packages = [(p.name, p.version, p.tree_digest) for p in lock.packages]
+    if venv_digest(str(lock.interpreter["version"]), packages) != lock.digest:
+        raise LockError(f"{shown}: tool.envlock.digest does not match its packages (edited by hand?)")
 
 
 def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:
@@ -185,7 +188,12 @@ def apply(
     options = options or ApplyOptions()
     step = on_step or (lambda _message: None)
     profile = load_profile(workspace, host)
-    lock, rows = checked_lock(workspace, host)
+    path = workspace.lock_path(host)
+    lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
+    # The lock's own digest must match its packages before it is trusted even
+    # for the no-op check; the manifest and every tree digest are checked
+    # (checked_lock) before anything is changed.
+    check_digest(lock, str(path.relative_to(workspace.root)))
     python = base_python(profile, lock)
     with open_transport(profile) as transport:
         state = json.loads(
@@ -199,6 +207,7 @@ def apply(
         changes = plan_changes(lock, state["dists"])
         if state["matches"]:
             return ApplyResult(host, profile.venv, True, options.dry_run, ())
+        lock, rows = checked_lock(workspace, host)
         if options.dry_run:
             return ApplyResult(host, profile.venv, False, True, changes)
         return _apply(workspace, profile, lock, rows, transport, python, changes, options, on_progress, step)

@@ -369,26 +369,36 @@ def write_stamp(venv: str, digest: str) -> None:
 
 
 def applied(venv: str, digest: str) -> Dict[str, Any]:
-    """Is ``venv`` exactly what the last apply of ``digest`` left? (stat keys, no hashing)"""
-    result: Dict[str, Any] = {"exists": os.path.isdir(venv), "matches": False, "dists": None}
-    if result["exists"]:
+    """Is ``venv`` exactly what the last apply of ``digest`` left? (stat keys, no hashing)
+
+    When it is not, also the distributions it holds now, for the plan.
+    """
+    result: Dict[str, Any] = {
+        "exists": os.path.isdir(venv),
+        "matches": _stamp_matches(venv, digest),
+        "dists": None,
+    }
+    if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv
 
             result["dists"] = sorted([d["name"], d["version"]] for d in describe_venv(venv)["dists"])
         except Exception:  # a broken venv is exactly what apply is for
             result["dists"] = None
+    return result
+
+
+def _stamp_matches(venv: str, digest: str) -> bool:
     try:
         with open(_stamp_path(venv)) as stream:
             stamp = json.load(stream)
     except (OSError, ValueError):
-        return result
-    if stamp.get("digest") != digest or not result["exists"]:
-        return result
+        return False
+    if stamp.get("digest") != digest or not os.path.isdir(venv):
+        return False
     files, links = walk(venv)
     current = {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
-    result["matches"] = current == stamp["files"] and links == stamp["links"]
-    return result
+    return bool(current == stamp["files"] and links == stamp["links"])
 
 
 # ------------------------------------------------------------------ the whole apply

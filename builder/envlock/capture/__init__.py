@@ -14,8 +14,8 @@ import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
+from envlock.capture.agentcall import snapshot_args, stats_relay
 from envlock.capture.build import build_lock
 from envlock.capture.memo import UnchangedMemo
 from envlock.capture.origins import Origin, trace_origins
@@ -57,18 +57,8 @@ def run_capture(
     host = profile.name
 
     step(f"snapshot {profile.venv} on {host}")
-    args = ["snapshot", "--venv", profile.venv]
-    if options.jobs:
-        args += ["--jobs", str(options.jobs)]
-    if not options.use_cache:
-        args.append("--no-cache")
-    stats: dict[str, int] = {}
-
-    def relay(event: dict[str, Any]) -> None:
-        if event.get("phase") == "stats":
-            stats.update({k: v for k, v in event.items() if k != "phase"})
-        elif on_progress is not None:
-            on_progress(event)
+    args = snapshot_args(profile.venv, options.jobs, options.use_cache)
+    stats, relay = stats_relay(on_progress)
 
     # The agent sends the venv's description first and hashes afterwards:
     # tracing every dist to its wheel runs here meanwhile, on the spare core

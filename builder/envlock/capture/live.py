@@ -25,6 +25,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envlock.capture.agentcall import snapshot_args, stats_relay
 from envlock.capture.files import collect_files, scaffold_rows
 from envlock.hosts import load_profile
 from envlock.lock.manifest import manifest_sha256, render_manifest
@@ -117,18 +118,8 @@ def snapshot_live(
 ) -> LiveVenv:
     """Run the agent's snapshot on ``host``; ``use_cache=False`` rehashes every file."""
     profile = load_profile(workspace, host)
-    args = ["snapshot", "--venv", profile.venv]
-    if jobs:
-        args += ["--jobs", str(jobs)]
-    if not use_cache:
-        args.append("--no-cache")
-    stats: dict[str, int] = {}
-
-    def relay(event: dict[str, Any]) -> None:
-        if event.get("phase") == "stats":
-            stats.update({k: v for k, v in event.items() if k != "phase"})
-        elif on_progress is not None:
-            on_progress(event)
+    args = snapshot_args(profile.venv, jobs, use_cache)
+    stats, relay = stats_relay(on_progress)
 
     with open_transport(profile) as transport:
         raw = run_agent(transport, profile.venv, args, on_progress=relay)

@@ -24,7 +24,7 @@ from envlock.agent.hashing import is_library_name
 from envlock.agent.layout import is_bookkeeping
 from envlock.agent.repack import unshebang
 from envlock.binary.elf import ElfError, is_elf, read_elf_facts
-from envlock.capture.files import top_level_names
+from envlock.capture.files import native_lib, top_level_names
 from envlock.lock.model import FileEntry, NativeLib
 
 ENTRY_POINT = """#!{python}
@@ -124,18 +124,8 @@ def _native(path: str, sha: str, data: bytes) -> NativeLib:
     try:
         facts = read_elf_facts(io.BytesIO(data))
     except ElfError as exc:
-        return NativeLib(path=path, sha256=sha, error=str(exc))
-    return NativeLib(
-        path=path,
-        sha256=sha,
-        soname=facts.get("soname"),
-        needed=tuple(facts.get("needed", [])),
-        rpath=tuple(facts.get("rpath", [])),
-        runpath=tuple(facts.get("runpath", [])),
-        version_needs=facts.get("version_needs", {}),
-        cuda_sections=facts.get("cuda_sections", {}),
-        cuda_images=facts.get("cuda_images"),
-    )
+        facts = {"error": str(exc)}
+    return native_lib(path, sha, facts)
 
 
 def _target_path(member: str, dist_name: str, python_mm: str) -> str | None:
