@@ -175,3 +175,20 @@ def test_lock_errors_name_the_field(fleet: Path) -> None:
     assert proc.returncode == 2 and "hosts/ct203.toml: reference: missing" in proc.stderr
     shutil.rmtree(fleet / "x", ignore_errors=True)
     _ = walk_payload  # the apply test above compares by import instead: paths differ by design
+
+
+def test_profile_pins_and_overrides_steer_the_resolution(fleet: Path) -> None:
+    _target(
+        fleet,
+        "ct204",
+        '[gpu]\ncc = ["9.0"]\n[target]\npython = "3.11.7"\n[lock]\npins = ["gpukern==1.0+cu128"]\n',
+    )
+    packages = _packages(_lock(fleet, "ct204"))
+    assert packages["gpukern"]["version"] == "1.0+cu128" and not packages["gpukern"]["kept"]
+    bad = '[gpu]\ncc = ["9.0"]\n[target]\npython = "3.11.7"\n[lock]\noverrides = ["gpukern>=2"]\n'
+    _target(fleet, "ct205", bad)
+    proc = _lock(fleet, "ct205")
+    assert proc.returncode == 2 and "gpukern" in proc.stderr, proc.stderr
+    _target(fleet, "ct206", '[target]\npython = "3.11.7"\n[lock]\npins = ["not a requirement!"]\n')
+    proc = _lock(fleet, "ct206")
+    assert proc.returncode == 2 and "lock.pins[0]: not a requirement" in proc.stderr
