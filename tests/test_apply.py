@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, UV, make_venv, run_envlock, walk_payload
+from helpers import ENVLOCK, UV, make_venv, run_envlock, uv_install, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
@@ -61,20 +61,7 @@ def test_apply_to_another_path_rebuilds_the_payload(tmp_path: Path, reference: R
 
 def test_apply_over_existing_venv_keeps_previous_and_rolls_back(tmp_path: Path, reference: Reference) -> None:
     target = make_venv(tmp_path / "target-venv")
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(target / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "idna==3.20",
-        ],
-        check=True,
-    )
+    uv_install(target, "--index-url", reference.index.url, "idna==3.20")
     root = _fleet(tmp_path, reference, target)
     result = _apply(root)
     assert result["host_report"]["previous"] == f"{target}.envlock-previous"
@@ -167,20 +154,7 @@ def test_second_apply_fails_clearly_while_one_holds_the_lock(tmp_path: Path, ref
 
 def test_kill_9_at_any_moment_leaves_a_working_venv(tmp_path: Path, reference: Reference) -> None:
     target = make_venv(tmp_path / "target-venv")
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(target / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "idna==3.20",
-        ],
-        check=True,
-    )
+    uv_install(target, "--index-url", reference.index.url, "idna==3.20")
     root = _fleet(tmp_path, reference, target)
     old, new = {"idna"}, _dists(reference.venv)
     rng = random.Random(1234)

@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import Reference
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
-from helpers import UV, make_venv, run_envlock, walk_payload
+from helpers import UV, make_venv, run_envlock, uv_install, walk_payload
 
 
 def capture(root: Path, *extra: str) -> dict:
@@ -101,20 +101,7 @@ def test_hand_patched_file_is_flagged_and_kept(tmp_path: Path, reference: Refere
     from conftest import write_profile
 
     venv = make_venv(tmp_path / "patched")
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "six==1.17.0",
-        ],
-        check=True,
-    )
+    uv_install(venv, "--index-url", reference.index.url, "six==1.17.0")
     six_py = next(venv.glob("lib/python*/site-packages/six.py"))
     six_py.write_text(six_py.read_text() + "\nPATCHED = True\n")
     root = tmp_path / "fleet"
@@ -148,20 +135,7 @@ def test_deleted_file_is_reported_missing(tmp_path: Path, reference: Reference) 
     from conftest import write_profile
 
     venv = make_venv(tmp_path / "v")
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "idna==3.20",
-        ],
-        check=True,
-    )
+    uv_install(venv, "--index-url", reference.index.url, "idna==3.20")
     next(venv.glob("lib/python*/site-packages/idna/codec.py")).unlink()
     root = tmp_path / "fleet"
     write_profile(root, "ct129", venv, reference.index.url)

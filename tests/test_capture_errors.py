@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import UV, make_venv, run_envlock
+from helpers import make_venv, run_envlock, uv_install
 
 
 def _assert_fails(root: Path, host: str, *needles: str, extra: tuple[str, ...] = ()) -> None:
@@ -27,20 +26,7 @@ def _assert_fails(root: Path, host: str, *needles: str, extra: tuple[str, ...] =
 @pytest.fixture
 def small_venv(tmp_path: Path, reference: Reference) -> Path:
     venv = make_venv(tmp_path / "small")
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "six==1.17.0",
-        ],
-        check=True,
-    )
+    uv_install(venv, "--index-url", reference.index.url, "six==1.17.0")
     return venv
 
 

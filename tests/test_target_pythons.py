@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import UV, make_venv, run_envlock, walk_payload
+from helpers import UV, make_venv, run_envlock, uv_install, walk_payload
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -26,21 +26,7 @@ def _python(minor: str) -> str:
 def test_capture_and_rebuild_on_other_pythons(minor: str, tmp_path: Path, reference: Reference) -> None:
     python = _python(minor)
     venv = make_venv(tmp_path / f"v{minor}", python)
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin/python"),
-            "--index-url",
-            reference.index.url,
-            "alpha==1.0",
-            "six==1.17.0",
-        ],
-        check=True,
-    )
+    uv_install(venv, "--index-url", reference.index.url, "alpha==1.0", "six==1.17.0")
     root = tmp_path / "fleet"
     write_profile(root, "ct129", venv, reference.index.url)
     proc = run_envlock(root, "capture", "ct129", "--format", "json")
