@@ -239,3 +239,30 @@ def test_smoke_failure_stops_the_swap(tmp_path: Path, reference: Reference) -> N
     proc = run_envlock(root, "apply", "ct200", "--allow-smoke-failures", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["result"]["host_report"]["smoke"]["failed"]) == 1
+
+
+def test_editable_source_tree_travels_with_the_lock(tmp_path: Path) -> None:
+    from helpers import make_local_project
+
+    project = make_local_project(tmp_path / "src-tree" / "edpkg", "edpkg", body="ANSWER = 42\n")
+    reference = make_venv(tmp_path / "ref-venv")
+    uv_install(reference, "-e", str(project))
+    root = tmp_path / "fleet"
+    write_profile(root, "ct129", reference, None, "[index]\nurls = []\n")
+    write_profile(root, "ct200", tmp_path / "target-venv", None, "[index]\nurls = []\n")
+    proc = run_envlock(root, "capture", "ct129", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    lock_text = (root / "locks" / "pylock.ct129.toml").read_text()
+    assert "[packages.tool.envlock.source-tree]" in lock_text and f'path = "{project}"' in lock_text
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    shutil.move(str(project), str(tmp_path / "moved-away"))  # the target host has no checkout
+    result = _apply(root)
+    assert result["host_report"]["sources"] == [{"path": str(project), "action": "restored"}]
+    out = subprocess.run(
+        [str(tmp_path / "target-venv/bin/python"), "-c", "import edpkg; print(edpkg.ANSWER)"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.strip() == "42", out.stderr
+    assert (project / "src" / "edpkg" / "__init__.py").read_text() == "ANSWER = 42\n"

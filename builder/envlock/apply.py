@@ -152,6 +152,14 @@ def build_plan(
                 "path": f"{REMOTE_ARTIFACTS}/{art.sha256}/{art.filename}",
             }
         )
+    sources = []
+    for pkg in lock.packages:
+        if pkg.source_tree is not None:
+            sha = str(pkg.source_tree["sha256"])
+            items.append(Item(sha, "source.tar.gz", blob(store, sha, f"{pkg.name} source tree")))
+            sources.append(
+                {"path": pkg.source_tree["path"], "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
+            )
     kinds = {row.path: row.kind for row in rows}
     bin_files = {}
     for pkg in lock.packages:
@@ -167,6 +175,7 @@ def build_plan(
         "uv": f"{REMOTE_ARTIFACTS}/{uv_item.sha256}/uv",
         "wheels": wheels,
         "bin_files": bin_files,
+        "sources": sources,
         "source_venv": lock.venv,
         "expected": [[r.path, r.sha256, r.size, r.kind] for r in rows if not r.owner.startswith(":")],
         "smoke_modules": sorted({m for p in lock.packages for m in p.top_level}),

@@ -33,6 +33,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     applied_p.add_argument("--digest", required=True)
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
+    source_p = sub.add_parser(
+        "pack-source", help="a deterministic tar.gz of an editable install's source on stdout"
+    )
+    source_p.add_argument("--dir", required=True)
     sub.add_parser("ping", help="report the interpreter")
     smoke_p = sub.add_parser("smoke", help="import modules in parallel worker interpreters; report each")
     smoke_p.add_argument("--venv", required=True)
@@ -51,6 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from envlock.agent.hashing import UnreadableFile
     from envlock.agent.receive import ReceiveError
     from envlock.agent.snapshot import SnapshotError
+    from envlock.agent.sources import SourceError
 
     try:
         if args.command == "snapshot":
@@ -82,6 +87,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _emit(host_apply.applied(args.venv, args.digest))
             else:
                 _emit(host_apply.rollback(args.venv))
+        elif args.command == "pack-source":
+            from envlock.agent.sources import pack_source
+
+            pack_source(args.dir, sys.stdout.buffer)
+            sys.stdout.flush()
         elif args.command == "smoke":
             return _smoke(args)
         elif args.command == "ping":
@@ -91,7 +101,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             parser.print_usage(sys.stderr)
             return 2
-    except (SnapshotError, UnreadableFile, DistError, ReceiveError, ApplyError, OSError, ValueError) as exc:
+    except (
+        SnapshotError,
+        UnreadableFile,
+        DistError,
+        ReceiveError,
+        ApplyError,
+        SourceError,
+        OSError,
+        ValueError,
+    ) as exc:
         sys.stderr.write("envlock-agent: error: %s\n" % exc)
         return 2
     return 0

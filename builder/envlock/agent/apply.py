@@ -250,6 +250,29 @@ def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
     return placed
 
 
+def restore_sources(plan: Dict[str, Any]) -> List[Dict[str, str]]:
+    """Put editable installs' source trees where their ``.pth`` files point, when missing.
+
+    An existing directory is somebody's working copy: it is left alone.
+    """
+    from envlock.agent.sources import SourceError, unpack_source
+
+    done = []
+    for source in plan.get("sources", []):
+        path = source["path"]
+        if os.path.exists(path):
+            done.append({"path": path, "action": "kept"})
+            continue
+        try:
+            unpack_source(os.path.expanduser(source["archive"]), path)
+        except (SourceError, OSError) as exc:
+            raise ApplyError(
+                "cannot restore the source of an editable install at %s: %s" % (path, exc)
+            ) from exc
+        done.append({"path": path, "action": "restored"})
+    return done
+
+
 # ------------------------------------------------------------------ verifying
 
 
@@ -432,6 +455,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             progress("install", len(plan["wheels"]), len(plan["wheels"]))
             lap("install")
             placed = place_bin_files(plan, staging)
+            sources = restore_sources(plan)
             # Smoke runs beside verify: the imports take seconds of mostly
             # single-threaded work that hashing leaves room for.
             smoked_box: List[Any] = []
@@ -465,6 +489,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             "recovered": recovered,
             "installed": len(plan["wheels"]),
             "bin_files": placed,
+            "sources": sources,
             "verified_files": verified,
             "smoke": smoked,
             "seconds": round(time.time() - started, 3),

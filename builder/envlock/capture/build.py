@@ -6,6 +6,7 @@ import base64
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
@@ -26,7 +27,7 @@ from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import FileEntry, Lock, Package
 from envlock.store import Store
 from envlock.tags import abi_tag, platform_tags
-from envlock.transport import Transport
+from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace
 
 
@@ -78,6 +79,7 @@ def build_lock(
             if owners.get(rel) == name:
                 scripts[rel] = store.put_blob(base64.b64decode(encoded))
         manifest_rows.extend(files.entries)
+        source_tree = _pack_editable_source(transport, profile.venv, dist, store, step)
         packages.append(
             Package(
                 name=name,
@@ -94,7 +96,8 @@ def build_lock(
                 tree_digest=tree_digest(files.entries),
                 file_count=len(files.entries),
                 size=sum(e.size for e in files.entries),
-                editable=bool((dist["direct_url"] or {}).get("dir_info", {}).get("editable")),
+                editable=source_tree is not None,
+                source_tree=source_tree,
                 modified=tuple(sorted(files.modified)),
                 missing=tuple(sorted(files.missing)),
                 reason=origin.reason,
@@ -161,6 +164,19 @@ def build_lock(
         write_lock(lock, lock_path, manifest_path, manifest)
     rows = tuple(manifest_rows) + tuple(extra_rows)
     return CaptureResult(lock, lock_path, manifest_path, changed, stats, tuple(warnings), rows)
+
+
+def _pack_editable_source(
+    transport: Transport, venv: str, dist: dict[str, Any], store: Store, step: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The source tree an editable install points at, packed into the store."""
+    direct = dist["direct_url"] or {}
+    if not direct.get("dir_info", {}).get("editable"):
+        return None
+    path = unquote(urlparse(direct.get("url", "")).path)
+    step(f"pack the source of editable {dist['name']} ({path})")
+    data = run_agent(transport, venv, ["pack-source", "--dir", path])
+    return {"path": path, "sha256": store.put_blob(data), "size": len(data)}
 
 
 def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> dict[str, Any] | None:

@@ -91,6 +91,8 @@ def _package_tool(pkg: Package) -> dict[str, Any]:
         tool["direct-url"] = _sorted_mapping(pkg.direct_url)
     if pkg.scripts:
         tool["scripts"] = dict(sorted(pkg.scripts.items()))
+    if pkg.source_tree is not None:
+        tool["source-tree"] = _sorted_mapping(pkg.source_tree)
     if pkg.native:
         tool["native"] = [_native_table(lib) for lib in sorted(pkg.native, key=lambda n: n.path)]
     return tool
@@ -271,6 +273,7 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
         origin=_artifact(r, origin, f"{tw}origin.") if isinstance(origin, dict) else None,
         direct_url=r.get(tool, "direct-url", dict, tw, required=False),
         scripts=r.get(tool, "scripts", dict, tw, required=False) or {},
+        source_tree=r.get(tool, "source-tree", dict, tw, required=False),
         native=tuple(
             _native(r, lib, f"{tw}native[{j}].")
             for j, lib in enumerate(r.get(tool, "native", list, tw, required=False) or [])

@@ -71,6 +71,8 @@ class Package:
     origin: Artifact | None = None  # the index wheel a repacked package was patched from
     direct_url: Mapping[str, Any] | None = None
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
+    # editable installs: {"path": source dir on the reference, "sha256": its tar.gz blob, "size"}
+    source_tree: Mapping[str, Any] | None = None
     native: tuple[NativeLib, ...] = ()
 
 
