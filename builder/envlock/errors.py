@@ -39,3 +39,7 @@ class IndexError_(EnvlockError):
 
 class AgentError(EnvlockError):
     """The agent on a host failed; carries its stderr."""
+
+
+class ResolveError(EnvlockError):
+    """No set of artifacts runs on the target; the message says which and what would fix it."""

@@ -108,6 +108,10 @@ class Finder:
         self._listing[name] = found
         return found
 
+    @property
+    def asked_an_index(self) -> bool:
+        return bool(self._listing)
+
     def problem(self, cand: Candidate) -> str | None:
         """Why ``cand`` cannot run on the target, or None when it can."""
         if cand.key in self._verdict:

@@ -8,6 +8,7 @@ GPU facts come from the profile's ``[gpu]``.
 from __future__ import annotations
 
 import platform as _platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,7 @@ class TargetEnv:
         }
 
 
-def target_env(profile: HostProfile, reference: Lock, probe: Any | None = None) -> TargetEnv:
+def target_env(profile: HostProfile, reference: Callable[[], Lock], probe: Any | None = None) -> TargetEnv:
     """``probe``: a callable returning the agent's interpreter and platform facts, used when
     the profile has no ``[target]`` table."""
     gpu_cc = profile.gpu.cc if profile.gpu else ()
@@ -78,7 +79,7 @@ def target_env(profile: HostProfile, reference: Lock, probe: Any | None = None) 
             implementation=facts.implementation,
             machine=facts.machine,
             libc="glibc",
-            libc_version=facts.glibc or str(reference.platform.get("libc-version", "")),
+            libc_version=facts.glibc or str(reference().platform.get("libc-version", "")),
             gpu_cc=gpu_cc,
             driver=driver,
         )
