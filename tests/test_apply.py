@@ -57,6 +57,11 @@ def test_apply_to_another_path_rebuilds_the_payload(tmp_path: Path, reference: R
     assert proc.stdout.strip() == "alpha"
     again = _apply(root)
     assert again["noop"] is True
+    # apply left the new venv's stat cache behind: the next capture hashes nothing.
+    captured = run_envlock(root, "capture", "ct200", "--format", "json")
+    assert captured.returncode == 0, captured.stderr
+    stats = json.loads(captured.stdout)["result"]["stats"]
+    assert stats["hashed"] == 0 and stats["cached"] > 20, stats
 
 
 def test_apply_over_existing_venv_keeps_previous_and_rolls_back(tmp_path: Path, reference: Reference) -> None:

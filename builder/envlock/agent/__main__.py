@@ -119,6 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _emit(result: Dict[str, Any]) -> None:
     """One JSON line on stdout. Run statistics go to stderr, so stdout depends
     on the venv's content alone and an unchanged venv is recognised by its hash."""
+    result.pop("_entries", None)
     stats = result.pop("_stats", None)
     if stats is not None:
         sys.stderr.write("@stats " + json.dumps(stats) + "\n")

@@ -27,7 +27,8 @@ import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
 from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
-from envlock.agent.snapshot import find_site_packages, inventory, walk
+from envlock.agent.hashing import StatCache
+from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory, walk
 
 MARKER = ".envlock-staging"
 RENAME_EXCHANGE = 2
@@ -283,7 +284,9 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
     for path, sha, size, kind in plan["expected"]:
         rel = site + path[len("site-packages") :] if path.startswith("site-packages/") else path
         expected[rel] = [sha, size, kind]
-    found = inventory(staging, [], jobs=jobs, use_cache=False, read_elf=False)
+    # ELF facts too: these entries become the live venv's stat cache after
+    # the swap, so the first capture or verify after an apply is a warm one.
+    found = inventory(staging, [], jobs=jobs, use_cache=False, read_elf=True, keep_entries=True)
     normalized = found["bin_normalized"]
     problems: List[str] = []
     seen = set()
@@ -463,7 +466,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             smoker.start()
             progress("verify", 0, len(plan["expected"]))
             try:
-                verified, _found = verify_staging(plan, staging, jobs)
+                verified, found = verify_staging(plan, staging, jobs)
             finally:
                 smoker.join()
             progress("verify", verified, len(plan["expected"]))
@@ -481,6 +484,9 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             raise
         previous = swap_in(venv, staging)
         write_stamp(venv, plan["digest"])
+        # The files kept their inodes and times through the rename: the
+        # hashes just verified are valid for the venv's own stat cache.
+        StatCache(default_cache_path(venv)).save(found["_entries"])
         lap("swap")
         return {
             "timings": timings,

@@ -103,7 +103,12 @@ def describe_venv(venv: str) -> Dict[str, Any]:
 
 
 def inventory(
-    venv: str, dists: List[Dict[str, Any]], jobs: int, use_cache: bool = True, read_elf: bool = True
+    venv: str,
+    dists: List[Dict[str, Any]],
+    jobs: int,
+    use_cache: bool = True,
+    read_elf: bool = True,
+    keep_entries: bool = False,
 ) -> Dict[str, Any]:
     """Every file of the venv hashed (stat cache permitting) and every ELF library read."""
     venv = os.path.abspath(venv)
@@ -130,6 +135,8 @@ def inventory(
         "bin_normalized": normalized,
         "bin_files": scripts,
         "_stats": stats,
+        # Stat-cache entries, for apply to hand to the swapped-in venv (never emitted).
+        "_entries": hashed if keep_entries else None,
     }
 
 
