@@ -26,8 +26,8 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
 from envlock.agent.hashing import StatCache
+from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory, walk
 
 MARKER = ".envlock-staging"
