@@ -6,6 +6,8 @@ it, apply (agent, on the host) verifies a staged venv with it.
 
 from __future__ import annotations
 
+from typing import Iterable, List, Set
+
 # Written by installers into a .dist-info; excluded from digests.
 BOOKKEEPING = frozenset({"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"})
 
@@ -38,3 +40,23 @@ def is_bookkeeping(rel: str) -> bool:
 
 def is_bytecode(rel: str) -> bool:
     return rel.endswith(".pyc") or "/__pycache__/" in "/" + rel
+
+
+def import_names(site_paths: Iterable[str]) -> List[str]:
+    """Top-level import names from paths relative to site-packages (for dists without top_level.txt)."""
+    names: Set[str] = set()
+    for path in site_paths:
+        parts = path.split("/")
+        head = parts[0]
+        if head in ("", "..", "__pycache__") or head.startswith("."):
+            continue
+        if head.endswith((".dist-info", ".data", ".pth", ".egg-info")):
+            continue
+        if len(parts) == 1:
+            if head.endswith(".py"):
+                names.add(head[:-3])
+            elif head.endswith(".so"):
+                names.add(head.split(".", 1)[0])
+        else:
+            names.add(head)
+    return sorted(n for n in names if n.isidentifier())

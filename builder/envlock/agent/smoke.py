@@ -38,6 +38,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from envlock.agent.dists import DistError, find_dist_infos, parse_record
+from envlock.agent.layout import import_names
 from envlock.agent.smoke_worker import Pool, SmokeError
 
 __all__ = ["SmokeError", "run_smoke"]
@@ -69,22 +70,7 @@ def dotted(name: str) -> Optional[str]:
 
 def top_level_from_record(record: Iterable[List[Any]]) -> List[str]:
     """Import names from RECORD paths, for dists without top_level.txt (as capture derives them)."""
-    names: Set[str] = set()
-    for row in record:
-        parts = row[0].split("/")
-        head = parts[0]
-        if head in ("", "..", "__pycache__") or head.startswith("."):
-            continue
-        if head.endswith((".dist-info", ".data", ".pth", ".egg-info")):
-            continue
-        if len(parts) == 1:
-            if head.endswith(".py"):
-                names.add(head[:-3])
-            elif head.endswith(".so"):
-                names.add(head.split(".", 1)[0])
-        elif head.isidentifier():
-            names.add(head)
-    return sorted(n for n in names if n.isidentifier())
+    return import_names(row[0] for row in record)
 
 
 class LiveDists:

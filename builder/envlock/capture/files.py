@@ -14,7 +14,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.layout import import_names, is_bookkeeping, is_bytecode, is_scaffold
 from envlock.lock.model import FileEntry, NativeLib
 
 
@@ -104,22 +104,8 @@ def top_level_names(dist: dict[str, Any], entries: list[FileEntry]) -> tuple[str
     if dist.get("top_level"):
         listed = {_importable(name) for name in dist["top_level"]}
         return tuple(sorted(n for n in listed if n))
-    names: set[str] = set()
-    for entry in entries:
-        if not entry.path.startswith("site-packages/"):
-            continue
-        parts = entry.path[len("site-packages/") :].split("/")
-        head = parts[0]
-        if head.endswith((".dist-info", ".pth", ".data")) or head.startswith("."):
-            continue
-        if len(parts) == 1:
-            if head.endswith(".py"):
-                names.add(head[:-3])
-            elif head.endswith(".so"):
-                names.add(head.split(".", 1)[0])
-        elif head.isidentifier():
-            names.add(head)
-    return tuple(sorted(names))
+    prefix = "site-packages/"
+    return tuple(import_names(e.path[len(prefix) :] for e in entries if e.path.startswith(prefix)))
 
 
 def unowned_paths(snapshot: dict[str, Any], owners: dict[str, str], rows: list[FileEntry]) -> list[str]:
