@@ -134,19 +134,21 @@ def test_old_driver_is_refused_with_the_driver_message(fleet: Path) -> None:
     assert not (fleet / "locks" / "pylock.ct201.toml").exists()
 
 
-def test_unsatisfiable_names_package_check_and_fix(fleet: Path, gpu_index: GpuIndex) -> None:
-    _target(
-        fleet,
-        "ct202",
-        f'[gpu]\ncc = ["12.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n'
-        f'[index]\nurls = ["{gpu_index.old}"]\n',
-    )
-    proc = _lock(fleet, "ct202")
+def test_unsatisfiable_names_package_check_and_fix(fleet: Path, gpu_index: GpuIndex, tmp_path: Path) -> None:
+    # A workspace of its own: the shared one's store may hold the cu128 build by now.
+    root = tmp_path / "fleet"
+    (root / "locks").mkdir(parents=True)
+    shutil.copytree(fleet / "hosts", root / "hosts")
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(fleet / "locks" / f"pylock.ct129{suffix}", root / "locks")
+    body = '[gpu]\ncc = ["12.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n'
+    _target(root, "ct202", body + f'[index]\nurls = ["{gpu_index.old}"]\n')
+    proc = _lock(root, "ct202")
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert "gpukern 1.0+cu126" in line and "no image for sm_120" in line
     assert "rebuild with TORCH_CUDA_ARCH_LIST=12.0 or add an index that has one" in line
-    assert not (fleet / "locks" / "pylock.ct202.toml").exists()
+    assert not (root / "locks" / "pylock.ct202.toml").exists()
 
 
 def test_python_312_target_gets_cp312_wheels_and_applies(fleet: Path) -> None:
@@ -192,3 +194,19 @@ def test_profile_pins_and_overrides_steer_the_resolution(fleet: Path) -> None:
     _target(fleet, "ct206", '[target]\npython = "3.11.7"\n[lock]\npins = ["not a requirement!"]\n')
     proc = _lock(fleet, "ct206")
     assert proc.returncode == 2 and "lock.pins[0]: not a requirement" in proc.stderr
+
+
+def test_a_wheel_put_in_the_store_is_a_candidate(fleet: Path, gpu_index: GpuIndex) -> None:
+    """Someone rebuilt gpukern for sm_120 and dropped it in the store: no index has it."""
+    import hashlib
+
+    built = next(Path(gpu_index.full.removeprefix("file://")).parent.glob("files/gpukern-1.0+cu128-*.whl"))
+    sha = hashlib.sha256(built.read_bytes()).hexdigest()
+    (fleet / "store" / "wheels" / sha).mkdir(parents=True, exist_ok=True)
+    shutil.copy(built, fleet / "store" / "wheels" / sha / built.name)
+    body = '[gpu]\ncc = ["12.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n'
+    _target(fleet, "ct207", body + f'[index]\nurls = ["{gpu_index.old}"]\n')
+    packages = _packages(_lock(fleet, "ct207"))
+    assert packages["gpukern"]["version"] == "1.0+cu128" and packages["gpukern"]["sha256"] == sha
+    lock = (fleet / "locks" / "pylock.ct207.toml").read_text()
+    assert 'source = "store"' in lock and f'path = "../store/wheels/{sha}/' in lock

@@ -16,8 +16,11 @@ from typing import Any, Literal
 FORMAT_VERSION = 1
 DIGEST_RULES = "envlock-payload-1"
 
-Source = Literal["index", "direct", "repacked"]
-SOURCES: tuple[Source, ...] = ("index", "direct", "repacked")
+# index: a wheel on an index; direct: a wheel URL from direct_url.json;
+# repacked: built by envlock from a host's live files; store: a wheel someone
+# put in the artifact store (a build for the target's GPU, say), found by the resolver.
+Source = Literal["index", "direct", "repacked", "store"]
+SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

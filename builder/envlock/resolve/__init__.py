@@ -73,7 +73,17 @@ def lock_host(
     finder = Finder(env, reference, workspace.locks_dir, IndexClient(tuple(urls), tuple(links)), store)
     chosen, needed_by = resolve(finder, env, reference, profile)
     lock, manifest, deviations = build_target_lock(
-        host, profile.venv, env, reference, ref_rows, finder, chosen, needed_by, store, profile.python
+        host,
+        profile.venv,
+        env,
+        reference,
+        ref_rows,
+        finder,
+        chosen,
+        needed_by,
+        store,
+        profile.python,
+        workspace.locks_dir,
     )
     data = render_lock(lock)
     same = (

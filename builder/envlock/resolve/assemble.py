@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
 from envlock.agent.apply import relocate
 from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
-from envlock.lock.model import FileEntry, Lock, Package
+from envlock.lock.model import Artifact, FileEntry, Lock, Package
 from envlock.resolve.candidates import Candidate, Finder
 from envlock.resolve.target import TargetEnv
 from envlock.resolve.wheelrows import wheel_layout
@@ -52,6 +53,14 @@ def _repointed(pkg: Package, old_venv: str, new_venv: str, store: Store) -> Pack
     return replace(pkg, scripts=scripts)
 
 
+def _artifact(cand: Candidate, path: Path, lock_dir: Path) -> Artifact:
+    if cand.in_store:
+        relative = Path(os.path.relpath(path, lock_dir)).as_posix()
+        assert cand.sha256 is not None
+        return Artifact(filename=cand.filename, sha256=cand.sha256, size=path.stat().st_size, path=relative)
+    return cand.artifact(size=path.stat().st_size)
+
+
 def build_target_lock(
     host: str,
     venv: str,
@@ -63,6 +72,7 @@ def build_target_lock(
     needed_by: dict[str, str],
     store: Store,
     base_python: str | None,
+    lock_dir: Path,
 ) -> tuple[Lock, bytes, dict[str, str]]:
     """The target's Lock, its manifest, and the reason for every package that deviates."""
     packages: list[Package] = []
@@ -89,8 +99,8 @@ def build_target_lock(
             Package(
                 name=name,
                 version=str(cand.version),
-                wheel=cand.artifact(size=path.stat().st_size),
-                source="index",
+                wheel=_artifact(cand, path, lock_dir),
+                source=cand.source,
                 index=cand.index,
                 requires_python=requires_python,
                 requires_dist=requires,

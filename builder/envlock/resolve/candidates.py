@@ -26,7 +26,7 @@ from packaging.version import Version
 
 from envlock.fetch import ArtifactError, fetch_one
 from envlock.index import IndexClient, IndexFile
-from envlock.lock.model import Artifact, Lock, Package
+from envlock.lock.model import Artifact, Lock, Package, Source
 from envlock.resolve.target import TargetEnv
 from envlock.store import Store
 
@@ -41,6 +41,13 @@ class Candidate:
     index: str | None
     reference: Package | None = None  # set when this is the reference's own artifact
     requires_python: str | None = None
+    in_store: bool = False  # a wheel placed in the artifact store rather than listed by an index
+
+    @property
+    def source(self) -> Source:
+        if self.reference is not None:
+            return self.reference.source
+        return "store" if self.in_store else "index"
 
     @property
     def key(self) -> str:
@@ -105,7 +112,29 @@ class Finder:
                 continue
             seen.add(file.filename)
             found.append(_from_index(name, version, file))
+        # Store wheels after the indexes: a copy of an index wheel (fetched for
+        # inspection) is that index wheel; only other bytes are a new candidate.
+        known = {c.sha256 for c in found}
+        for path in self._store_wheels(name):
+            if path.parent.name not in known:
+                version = parse_wheel_filename(path.name)[1]
+                found.append(Candidate(name, version, path.name, path.parent.name, None, None, in_store=True))
         self._listing[name] = found
+        return found
+
+    def _store_wheels(self, name: str) -> list[Path]:
+        """Wheels of ``name`` in the store (``wheels/<sha256>/<file name>``): rebuilt
+        for a target's GPU, or captured from another host."""
+        prefix = name.replace("-", "_")
+        found = []
+        for path in sorted((self.store.root / "wheels").glob("*/*.whl")):
+            if not path.name.lower().startswith(prefix + "-"):
+                continue
+            try:
+                if parse_wheel_filename(path.name)[0] == name:
+                    found.append(path)
+            except InvalidWheelFilename:
+                continue
         return found
 
     @property

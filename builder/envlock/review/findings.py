@@ -57,7 +57,8 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     found: list[Finding] = []
     if before is not None and after is not None and change.kind == "artifact":
         same_name = before.wheel.filename == after.wheel.filename
-        pinned = before.source != "repacked" and after.source != "repacked"
+        local = ("repacked", "store")  # envlock or the user built these: the file name is not an index's
+        pinned = before.source not in local and after.source not in local
         if same_name and pinned and before.wheel.sha256 != after.wheel.sha256:
             found.append(
                 Finding(
@@ -73,7 +74,7 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     if after is not None and after.native and before is None:
         paths = [library_label(lib.path) for lib in after.native]
         found.append(Finding("new-native-library", "warn", f"adds native code: {_list(paths)}"))
-    if after is not None and after.source == "repacked":
+    if after is not None and after.source in ("repacked", "store"):
         what = "added" if before is None else "changed"
         reason = after.reason or "repacked from the live files"
         found.append(Finding("local-build", "warn", f"locally built or modified package {what}: {reason}"))
