@@ -17,8 +17,9 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from envlock.errors import EnvlockError, LockError
+from envlock.errors import EnvlockError
 from envlock.loadable import LoadProblem, load_problems
+from envlock.lock.io import read_lock_text
 from envlock.lock.model import Lock, Package
 from envlock.lockpair import LockPair, LockText, pair_from_locks, pair_from_texts, parse_whole
 from envlock.workspace import Workspace
@@ -235,15 +236,7 @@ def open_side(workspace: Workspace, spec: str) -> Side:
     elif not path.is_absolute() and not path.exists():
         path = workspace.root / spec
     shown = str(path.relative_to(workspace.root)) if path.is_relative_to(workspace.root) else str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError as exc:
-        raise LockError(f"{shown}: no such lock (run `envlock capture` or `envlock lock` first)") from exc
-    except OSError as exc:
-        raise LockError(f"{shown}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise LockError(f"{shown}: not UTF-8 text") from exc
-    return Side(spec, shown, text=text)
+    return Side(spec, shown, text=read_lock_text(path, shown))
 
 
 def diff_sides(a: Side, b: Side) -> LockDiff:

@@ -46,6 +46,22 @@ def highest_versions(names: List[str]) -> Dict[str, str]:
     return dict(sorted(best.items()))
 
 
+def _read_dynamic(section: Any, needed: List[str], rpath: List[str], runpath: List[str]) -> Optional[str]:
+    """Append a dynamic section's NEEDED, RPATH and RUNPATH entries; return its SONAME."""
+    soname: Optional[str] = None
+    for tag in section.iter_tags():
+        kind = tag.entry.d_tag
+        if kind == "DT_NEEDED":
+            needed.append(tag.needed)
+        elif kind == "DT_SONAME":
+            soname = tag.soname
+        elif kind == "DT_RPATH":
+            rpath.extend(p for p in tag.rpath.split(":") if p)
+        elif kind == "DT_RUNPATH":
+            runpath.extend(p for p in tag.runpath.split(":") if p)
+    return soname
+
+
 def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
     """Facts of one ELF file; raises ElfError when it cannot be parsed."""
     from elftools.common.exceptions import ELFError
@@ -67,16 +83,7 @@ def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
                 cuda[section.name] = section["sh_size"]
                 device_sections.append((section.name, section["sh_offset"], section["sh_size"]))
             if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    kind = tag.entry.d_tag
-                    if kind == "DT_NEEDED":
-                        needed.append(tag.needed)
-                    elif kind == "DT_SONAME":
-                        soname = tag.soname
-                    elif kind == "DT_RPATH":
-                        rpath.extend(p for p in tag.rpath.split(":") if p)
-                    elif kind == "DT_RUNPATH":
-                        runpath.extend(p for p in tag.runpath.split(":") if p)
+                soname = _read_dynamic(section, needed, rpath, runpath) or soname
             elif isinstance(section, GNUVerNeedSection):
                 for _verneed, auxiliaries in section.iter_versions():
                     version_needs.extend(aux.name for aux in auxiliaries)
@@ -219,16 +226,7 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
         if info.type == "SHT_DYNAMIC":
             dynamic = elf.get_section(index)
             assert isinstance(dynamic, DynamicSection)
-            for tag in dynamic.iter_tags():
-                kind = tag.entry.d_tag
-                if kind == "DT_NEEDED":
-                    needed.append(tag.needed)
-                elif kind == "DT_SONAME":
-                    soname = tag.soname
-                elif kind == "DT_RPATH":
-                    rpath.extend(p for p in tag.rpath.split(":") if p)
-                elif kind == "DT_RUNPATH":
-                    runpath.extend(p for p in tag.runpath.split(":") if p)
+            soname = _read_dynamic(dynamic, needed, rpath, runpath) or soname
         elif info.type == "SHT_GNU_verneed":
             verneed_section = elf.get_section(index)
             assert isinstance(verneed_section, GNUVerNeedSection)

@@ -322,16 +322,22 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
     )
 
 
-def read_lock(path: Path, shown: str | None = None) -> Lock:
+def read_lock_text(path: Path, shown: str | None = None) -> str:
+    """A lock file's text; a missing, unreadable or non-UTF-8 file is a LockError naming it."""
     source = shown or str(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError as exc:
         raise LockError(f"{source}: no such lock (run `envlock capture` or `envlock lock` first)") from exc
     except OSError as exc:
         raise LockError(f"{source}: cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise LockError(f"{source}: not UTF-8 text") from exc
+
+
+def read_lock(path: Path, shown: str | None = None) -> Lock:
+    source = shown or str(path)
+    text = read_lock_text(path, source)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
