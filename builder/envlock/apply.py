@@ -12,21 +12,24 @@ in atomically, keeping the old venv for ``envlock rollback``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envlock.errors import EnvlockError, LockError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
+from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
+from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
 from envlock.smoke import DRIVER_LIBRARIES, host_has_gpu
 from envlock.store import Store
 from envlock.transfer import Item, push
@@ -87,9 +90,11 @@ def check_digest(lock: Lock, shown: str) -> None:
 
 
 def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:
+    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
-    before = {name: version for name, version in live or []}
+    # The live venv reports dist-info names as written (PyYAML, typing_extensions).
+    before = {canonicalize_name(name): version for name, version in live or []}
     after = {p.name: p.version for p in lock.packages}
     changes = []
     for name in sorted(before.keys() | after.keys()):
@@ -110,14 +115,38 @@ def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]
     return tuple(changes)
 
 
-def base_python(profile: HostProfile, lock: Lock) -> str:
+def base_python(profile: HostProfile, lock: Lock) -> str | None:
+    """The interpreter the profile or the lock names, without asking the host (None: neither)."""
     if profile.python:
         return profile.python
+    paths = interpreter_paths(lock.pyvenv, str(lock.interpreter["version"]))
+    return paths[0] if paths else None
+
+
+def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: str) -> HostPython:
+    """The base interpreter that builds the lock's venv on the host (docs/design.md).
+
+    It must be the lock's Python to the patch level, and where the lock names
+    its home, that home: pyvenv.cfg and the bin/python links point there.
+    """
+    version = str(lock.interpreter["version"])
+    minor = ".".join(version.split(".")[:2])
+    found = find_base_python(
+        transport, profile, want=minor, hints=interpreter_paths(lock.pyvenv, version), venv_decides=False
+    )
+    fix = f"run `envlock lock {profile.name}` to lock for it" if lock.role == "target" else "recapture"
+    if found.version != version:
+        raise LockError(
+            f"{shown}: made for Python {version}, but host {profile.name} has {found.version} "
+            f"at {found.path} ({found.how}); {fix}"
+        )
     home = lock.pyvenv.get("home")
-    if not home:
-        raise LockError(f"lock for {lock.host}: no pyvenv home; set `python` in {profile.path}")
-    major_minor = ".".join(str(lock.interpreter["version"]).split(".")[:2])
-    return f"{home.rstrip('/')}/python{major_minor}"
+    if home and profile.python is None and os.path.dirname(found.path) != home.rstrip("/"):
+        raise LockError(
+            f"{shown}: its interpreter home {home} is not on host {profile.name} "
+            f"(found {found.path}, {found.how}); {fix}"
+        )
+    return found
 
 
 def _uv_binary() -> Path:
@@ -139,6 +168,7 @@ def build_plan(
     store: Store,
     uv_item: Item,
     options: ApplyOptions,
+    python: str,
 ) -> tuple[dict[str, Any], list[Item]]:
     items = [uv_item]
     wheels = []
@@ -170,8 +200,22 @@ def build_plan(
         "venv": profile.venv,
         "digest": lock.digest,
         "python_version": str(lock.interpreter["version"]),
-        "base_python": base_python(profile, lock),
+        "base_python": python,
         "creator": "uv" if "version_info" in lock.pyvenv else "venv",
+        "pyvenv_cfg": render_pyvenv(with_home(lock.pyvenv, python)).decode("utf-8"),
+        "prompt": _prompt(lock.pyvenv),
+        "keep_uv_lock": any(r.owner == ":venv" and r.path == ".lock" for r in rows),
+        # Bookkeeping as the lock records it, so a capture reads the lock back.
+        "dists": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "installer": p.installer,
+                "requested": p.requested,
+                "direct_url": dict(p.direct_url) if p.direct_url is not None else None,
+            }
+            for p in lock.packages
+        ],
         "uv": f"{REMOTE_ARTIFACTS}/{uv_item.sha256}/uv",
         "wheels": wheels,
         "bin_files": bin_files,
@@ -202,9 +246,10 @@ def apply(
     # The lock's own digest must match its packages before it is trusted even
     # for the no-op check; the manifest and every tree digest are checked
     # (checked_lock) before anything is changed.
-    check_digest(lock, str(path.relative_to(workspace.root)))
-    python = base_python(profile, lock)
+    shown = str(path.relative_to(workspace.root))
+    check_digest(lock, shown)
     with open_transport(profile) as transport:
+        python = lock_python(transport, profile, lock, shown).path
         state = json.loads(
             run_agent(
                 transport,
@@ -244,7 +289,7 @@ def _apply(
     fetched = fetch_all(store, workspace.locks_dir, lock.packages, fetch_progress)
     uv = _uv_binary()
     uv_item = Item(hash_file(uv), "uv", uv)
-    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options)
+    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options, python)
     step(f"push what {profile.name} lacks")
     pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, on_progress=on_progress, python=python)
     step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
@@ -261,6 +306,16 @@ def _apply(
     return ApplyResult(
         profile.name, profile.venv, False, False, changes, len(pushed.sent), pushed.bytes_sent, report
     )
+
+
+def _prompt(pyvenv: Mapping[str, str]) -> str | None:
+    """A prompt given to the reference's creator (``python -m venv`` writes it quoted)."""
+    value = pyvenv.get("prompt")
+    if value is None:
+        return None
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
 
 
 def _as_stdin(data: bytes) -> Any:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from packaging.tags import parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -68,12 +69,25 @@ def record_matches(wheel_rows: list[list[str]], installed_rows: list[list[Any]],
     return not extra
 
 
+def expand_tags(tag_lines: list[str]) -> set[str]:
+    """WHEEL ``Tag:`` lines as single tags: maturin writes compressed sets
+    (``cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64``) where the
+    spec has one line per tag."""
+    expanded: set[str] = set()
+    for line in tag_lines:
+        try:
+            expanded.update(str(t) for t in parse_tag(line.strip()))
+        except ValueError:
+            expanded.add(line.strip())
+    return expanded
+
+
 def tags_match(filename: str, installed_tags: list[str]) -> bool:
     try:
         _name, _version, _build, file_tags = parse_wheel_filename(filename)
     except InvalidWheelFilename:
         return False
-    return sorted(str(t) for t in file_tags) == sorted(installed_tags)
+    return {str(t) for t in file_tags} == expand_tags(installed_tags)
 
 
 class ProvenanceCache:

@@ -14,20 +14,24 @@ and the stat keys of every file, for the no-op check).
 
 from __future__ import annotations
 
+import base64
+import csv
 import ctypes
 import errno
+import hashlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Set, Tuple
 
 from envlock.agent.hashing import StatCache
-from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory, walk
 
 MARKER = ".envlock-staging"
@@ -181,10 +185,12 @@ def create_staging(plan: Dict[str, Any], staging: str) -> None:
     base = plan["base_python"]
     if not os.path.exists(base):
         raise ApplyError("no Python %s at %s (the lock's pyvenv home)" % (plan["python_version"], base))
+    # A prompt the reference's creator was given goes into the activate scripts.
+    prompt = ["--prompt", plan["prompt"]] if plan.get("prompt") else []
     if plan["creator"] == "uv":
-        _run([plan["uv"], "venv", "-q", "--python", base, staging], "creating the staging venv")
+        _run([plan["uv"], "venv", "-q", *prompt, "--python", base, staging], "creating the staging venv")
     else:
-        _run([base, "-m", "venv", "--without-pip", staging], "creating the staging venv")
+        _run([base, "-m", "venv", "--without-pip", *prompt, staging], "creating the staging venv")
     with open(os.path.join(staging, MARKER), "w") as marker:
         marker.write(str(os.getpid()))
 
@@ -238,17 +244,144 @@ def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
             continue
         with open(path, "rb") as stream:
             data = stream.read()
-        moved = (
-            data.replace(staging.encode(), venv.encode())
-            if is_scaffold(rel)
-            else relocate(data, staging, venv)
-        )
+        moved = unstage(data, staging, venv) if is_scaffold(rel) else relocate(data, staging, venv)
         if moved != data:
             mode = os.stat(path).st_mode
             with open(path, "wb") as out:
                 out.write(moved)
             os.chmod(path, mode & 0o7777)
     return placed
+
+
+def finish_payload(plan: Dict[str, Any], staging: str) -> int:
+    """After the install: bin/ bytes, pyvenv.cfg and bookkeeping as the lock says."""
+    placed = place_bin_files(plan, staging)
+    finish_scaffold(plan, staging)
+    site = find_site_packages(staging, tuple(int(x) for x in plan["python_version"].split(".")[:2]))  # type: ignore[arg-type]
+    settle_bookkeeping(plan, staging, site)
+    return placed
+
+
+def unstage(data: bytes, staging: str, venv: str) -> bytes:
+    """A creator's file written for the staging path, as if written for ``venv``.
+
+    The path first, then the name alone: ``python -m venv`` bakes the
+    directory's base name into the activate scripts' prompt.
+    """
+    data = data.replace(staging.encode(), venv.encode())
+    return data.replace(os.path.basename(staging).encode(), os.path.basename(venv).encode())
+
+
+def finish_scaffold(plan: Dict[str, Any], staging: str) -> None:
+    """pyvenv.cfg exactly as the lock says; no installer leftovers the lock lacks."""
+    if plan.get("pyvenv_cfg") is not None:
+        _write_bytes(os.path.join(staging, "pyvenv.cfg"), plan["pyvenv_cfg"].encode("utf-8"))
+    uv_lock = os.path.join(staging, ".lock")  # uv's install lock, empty
+    if not plan.get("keep_uv_lock") and os.path.isfile(uv_lock):
+        os.unlink(uv_lock)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    tmp = path + ".envlock-tmp"
+    with open(tmp, "wb") as out:
+        out.write(data)
+    os.replace(tmp, path)
+
+
+def settle_bookkeeping(plan: Dict[str, Any], staging: str, site: str) -> None:
+    changed = {os.path.normpath(os.path.join(staging, rel)) for rel in plan["bin_files"]}
+    _settle(plan, staging, site, changed)
+
+
+def _settle(plan: Dict[str, Any], staging: str, site: str, changed: Set[str]) -> None:
+    """INSTALLER, REQUESTED and direct_url.json as the lock records them, and RECORD true.
+
+    uv installs every wheel from a local file, so it would write a
+    direct_url.json pointing into envlock's artifact cache, "uv" as the
+    installer and REQUESTED everywhere, and RECORD rows for the entry-point
+    scripts it generated, which place_bin_files replaced. A capture of the
+    applied venv must read back the lock it came from (docs/lock-format.md,
+    "Round trip"), so these are set to the lock's facts and RECORD is
+    rewritten to hash what is really there.
+    """
+    site_abs = os.path.join(staging, site)
+    infos = _dist_infos(site_abs)
+    for dist in plan.get("dists", []):
+        info = infos.get((_canonical(dist["name"]), dist["version"]))
+        if info is None:
+            raise ApplyError("%s %s: no .dist-info after install" % (dist["name"], dist["version"]))
+        base = os.path.join(site_abs, info)
+        _set_file(os.path.join(base, "INSTALLER"), _text_or_none(dist.get("installer")))
+        _set_file(os.path.join(base, "REQUESTED"), b"" if dist.get("requested") else None)
+        direct = dist.get("direct_url")
+        _set_file(
+            os.path.join(base, "direct_url.json"),
+            json.dumps(direct, sort_keys=True).encode("utf-8") if direct is not None else None,
+        )
+        _rewrite_record(site_abs, info, changed)
+
+
+def _text_or_none(value: Optional[str]) -> Optional[bytes]:
+    return None if value is None else (value + "\n").encode("utf-8")
+
+
+def _set_file(path: str, data: Optional[bytes]) -> None:
+    if data is None:
+        if os.path.lexists(path):
+            os.unlink(path)
+    else:
+        _write_bytes(path, data)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_infos(site_abs: str) -> Dict[Tuple[str, str], str]:
+    found = {}
+    for entry in os.listdir(site_abs):
+        if entry.endswith(".dist-info"):
+            name, _, version = entry[: -len(".dist-info")].rpartition("-")
+            found[(_canonical(name), version)] = entry
+    return found
+
+
+def _record_hash(path: str) -> Tuple[str, int]:
+    with open(path, "rb") as stream:
+        data = stream.read()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
+    return "sha256=" + digest, len(data)
+
+
+def _rewrite_record(site_abs: str, info: str, changed: Set[str]) -> None:
+    """RECORD rows of ``changed`` files (absolute paths) and of bookkeeping rehashed."""
+    record = os.path.join(site_abs, info, "RECORD")
+    with open(record, newline="") as stream:
+        rows = [row for row in csv.reader(stream) if row]
+    listed = {row[0] for row in rows}
+    for name in ("INSTALLER", "REQUESTED", "direct_url.json"):
+        rel = "%s/%s" % (info, name)
+        if rel not in listed and os.path.exists(os.path.join(site_abs, rel)):
+            rows.append([rel, "", ""])
+    out = []
+    for row in rows:
+        rel = row[0]
+        path = os.path.normpath(os.path.join(site_abs, rel))
+        if rel == "%s/RECORD" % info:
+            out.append([rel, "", ""])
+        elif not os.path.lexists(path):
+            if rel.startswith(info + "/") and rel.split("/", 1)[1] in BOOKKEEPING:
+                continue  # removed above: the lock does not have it
+            out.append(row)
+        elif path in changed or (rel.startswith(info + "/") and rel.split("/", 1)[1] in BOOKKEEPING):
+            digest, size = _record_hash(path)
+            out.append([rel, digest, str(size)])
+        else:
+            out.append(row)
+    tmp = record + ".envlock-tmp"
+    with open(tmp, "w", newline="") as stream:
+        csv.writer(stream, lineterminator="\n").writerows(out)
+    os.replace(tmp, record)
 
 
 def restore_sources(plan: Dict[str, Any]) -> List[Dict[str, str]]:
@@ -313,10 +446,30 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
                 problems.append("%s: link to %s, locked %s" % (rel, target, expected[rel][0]))
     for rel in sorted(set(expected) - seen):
         problems.append("missing %s" % rel)
+    problems.extend(_scaffold_problems(plan, staging))
     if problems:
         more = " (and %d more)" % (len(problems) - 3) if len(problems) > 3 else ""
         raise ApplyError("staged venv differs from the lock: %s%s" % ("; ".join(problems[:3]), more))
     return len(seen), found
+
+
+def _scaffold_problems(plan: Dict[str, Any], staging: str) -> List[str]:
+    """pyvenv.cfg is the lock's; no creator file still names the staging directory."""
+    problems = []
+    if plan.get("pyvenv_cfg") is not None:
+        with open(os.path.join(staging, "pyvenv.cfg"), "rb") as stream:
+            if stream.read() != plan["pyvenv_cfg"].encode("utf-8"):
+                problems.append("pyvenv.cfg differs from the lock's")
+    needle = staging.encode()
+    bindir = os.path.join(staging, "bin")
+    for name in sorted(os.listdir(bindir)):
+        path = os.path.join(bindir, name)
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1 << 20:
+            continue
+        with open(path, "rb") as stream:
+            if needle in stream.read():
+                problems.append("bin/%s names the staging directory" % name)
+    return problems
 
 
 # ------------------------------------------------------------------ smoke
@@ -457,7 +610,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             install(plan, staging)
             progress("install", len(plan["wheels"]), len(plan["wheels"]))
             lap("install")
-            placed = place_bin_files(plan, staging)
+            placed = finish_payload(plan, staging)
             sources = restore_sources(plan)
             # Smoke runs beside verify: the imports take seconds of mostly
             # single-threaded work that hashing leaves room for.

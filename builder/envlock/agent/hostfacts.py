@@ -27,6 +27,8 @@ def interpreter_facts() -> Dict[str, Any]:
         "py_gil_disabled": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "pointer_bits": 64 if sys.maxsize > 2**32 else 32,
         "executable": sys.executable,
+        # What `python -m venv` writes as pyvenv.cfg's executable.
+        "executable_realpath": os.path.realpath(sys.executable),
         "base_prefix": getattr(sys, "base_prefix", sys.prefix),
     }
 

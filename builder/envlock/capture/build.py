@@ -136,11 +136,8 @@ def build_lock(
             "libc-version": plat["libc_version"] or "",
             "platform-tags": platform_tags(plat["machine"], plat["libc"], plat["libc_version"]),
         },
-        pyvenv={
-            k: v
-            for k, v in snapshot["pyvenv_cfg"].items()
-            if k in ("home", "include-system-site-packages", "version", "version_info")
-        },
+        # Every key, in file order: apply writes pyvenv.cfg back from these.
+        pyvenv=dict(snapshot["pyvenv_cfg"]),
         indexes=indexes,
         find_links=find_links,
         packages=tuple(sorted(packages, key=lambda p: p.name)),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
@@ -11,7 +10,6 @@ from envlock.cli.render import envelope, table
 from envlock.errors import ExitCode
 
 if TYPE_CHECKING:
-    from envlock.hosts import HostProfile
     from envlock.resolve import LockResult
 from envlock.workspace import open_workspace
 
@@ -34,21 +32,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-def probe(profile: HostProfile) -> dict[str, object]:
-    """Interpreter, platform and GPUs of the host, from its base interpreter."""
-    from envlock.transport import open_transport, run_agent
-
-    python = profile.python or f"{profile.venv}/bin/python"
-    with open_transport(profile) as transport:
-        answer: dict[str, object] = json.loads(run_agent(transport, profile.venv, ["ping"], python=python))
-    return answer
-
-
 def run(args: argparse.Namespace) -> int:
+    from envlock.hostpython import probe_target
     from envlock.resolve import lock_host  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    result = lock_host(workspace, args.host, check=args.check, probe=probe)
+    result = lock_host(workspace, args.host, check=args.check, probe=probe_target)
     if args.format == "json":
         print(envelope("lock", True, {"result": result_json(result)}))
     else:

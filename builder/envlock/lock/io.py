@@ -133,7 +133,8 @@ def lock_to_dict(lock: Lock) -> dict[str, Any]:
         "find-links": list(lock.find_links),
         "interpreter": _sorted_mapping(lock.interpreter),
         "platform": _sorted_mapping(lock.platform),
-        "pyvenv": dict(sorted(lock.pyvenv.items())),
+        # File order, not sorted: apply writes pyvenv.cfg back in this order.
+        "pyvenv": dict(lock.pyvenv),
     }
     if lock.gpu is not None:
         tool["gpu"] = _sorted_mapping(lock.gpu)

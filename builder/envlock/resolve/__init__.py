@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from envlock.errors import ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
@@ -36,7 +37,7 @@ def lock_host(
     workspace: Workspace,
     host: str,
     check: bool = False,
-    probe: Callable[[HostProfile], dict[str, object]] | None = None,
+    probe: Callable[[HostProfile, Lock], dict[str, Any]] | None = None,
 ) -> LockResult:
     profile = load_profile(workspace, host)
     if profile.reference is None:
@@ -49,7 +50,7 @@ def lock_host(
             loaded.append(read_lock(ref_path, shown=str(ref_path.relative_to(workspace.root))))
         return loaded[0]
 
-    env = target_env(profile, reference_lock, (lambda: probe(profile)) if probe else None)
+    env = target_env(profile, reference_lock, (lambda: probe(profile, reference_lock())) if probe else None)
     _check_driver(profile, env)
     memo = LockMemo(workspace, profile, env)
     path, manifest_path = workspace.lock_path(host), workspace.manifest_path(host)
@@ -82,7 +83,6 @@ def lock_host(
         chosen,
         needed_by,
         store,
-        profile.python,
         workspace.locks_dir,
     )
     data = render_lock(lock)

@@ -10,11 +10,15 @@ from envlock.agent.apply import relocate
 from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import Artifact, FileEntry, Lock, Package
+from envlock.pyvenv import derive_target_pyvenv
 from envlock.resolve.candidates import Candidate, Finder
 from envlock.resolve.target import TargetEnv
 from envlock.resolve.wheelrows import wheel_layout
 from envlock.store import Store
 from envlock.tags import abi_tag
+
+
+_PATH_FREE_SCAFFOLD = (".lock", ".gitignore", "CACHEDIR.TAG")
 
 
 def deviation_reason(
@@ -38,19 +42,37 @@ def deviation_reason(
     return f"the reference's wheel does not fit: {why}; chose {change}{source}"
 
 
-def _repointed(pkg: Package, old_venv: str, new_venv: str, store: Store) -> Package:
-    """The reference's package, its bin/ scripts' interpreter lines pointed at the target venv.
+def _versioned_name(rel: str, old_minor: str, new_minor: str) -> str:
+    """``bin/pip3.11`` -> ``bin/pip3.12``: installers name these scripts after the running Python."""
+    if old_minor == new_minor or not rel.startswith("bin/") or not rel.endswith(old_minor):
+        return rel
+    stem = rel[: -len(old_minor)]
+    if stem.endswith(("bin/", ".")) or stem[-1].isdigit():
+        return rel  # "bin/3.11" or "bin/x13.11": not a name followed by a version
+    return stem + new_minor
 
-    Only the shebang changes, which the digest rules normalise: the package
-    keeps its tree digest, and apply writes these exact bytes.
+
+def _repointed(
+    pkg: Package, rows: list[FileEntry], old_venv: str, new_venv: str, minors: tuple[str, str], store: Store
+) -> tuple[Package, list[FileEntry]]:
+    """The reference's package for the target venv: bin/ scripts' interpreter lines
+    pointed at it, and scripts named after the Python minor version renamed.
+
+    Only the shebang changes, which the digest rules normalise; a rename
+    changes the tree digest, recomputed here. Apply writes these exact bytes.
     """
-    if old_venv == new_venv or not pkg.scripts:
-        return pkg
+    old_minor, new_minor = minors
+    moved = [replace(r, path=_versioned_name(r.path, old_minor, new_minor)) for r in rows]
+    if old_venv == new_venv and moved == rows:
+        return pkg, rows
     scripts = {}
     for rel, sha in pkg.scripts.items():
         data = store.blob_path(sha).read_bytes()
-        scripts[rel] = store.put_blob(relocate(data, old_venv, new_venv))
-    return replace(pkg, scripts=scripts)
+        new_rel = _versioned_name(rel, old_minor, new_minor)
+        scripts[new_rel] = store.put_blob(relocate(data, old_venv, new_venv))
+    if moved != rows:
+        pkg = replace(pkg, tree_digest=tree_digest(moved))
+    return replace(pkg, scripts=scripts), moved
 
 
 def _artifact(cand: Candidate, path: Path, lock_dir: Path) -> Artifact:
@@ -71,7 +93,6 @@ def build_target_lock(
     chosen: dict[str, Candidate],
     needed_by: dict[str, str],
     store: Store,
-    base_python: str | None,
     lock_dir: Path,
 ) -> tuple[Lock, bytes, dict[str, str]]:
     """The target's Lock, its manifest, and the reason for every package that deviates."""
@@ -85,8 +106,12 @@ def build_target_lock(
         cand = chosen[name]
         ref = reference.package(name)
         if cand.reference is not None:
-            packages.append(_repointed(cand.reference, reference.venv, venv, store))
-            rows.extend(by_owner.get(name, []))
+            minors = (_minor(str(reference.interpreter["version"])), env.major_minor)
+            pkg, pkg_rows = _repointed(
+                cand.reference, by_owner.get(name, []), reference.venv, venv, minors, store
+            )
+            packages.append(pkg)
+            rows.extend(pkg_rows)
             continue
         path = finder.local_path(cand)
         layout = wheel_layout(path, name, venv, env.major_minor)
@@ -114,12 +139,18 @@ def build_target_lock(
                 native=layout.native,
             )
         )
+    # Creator files whose bytes do not depend on the path or the Python (uv's
+    # `.lock`, `.gitignore`, `CACHEDIR.TAG`): apply keeps exactly these.
+    rows.extend(r for r in by_owner.get(":venv", []) if r.path in _PATH_FREE_SCAFFOLD)
     manifest = render_manifest(rows)
-    pyvenv = {"include-system-site-packages": "false"}
-    version_key = "version_info" if "version_info" in reference.pyvenv else "version"
-    pyvenv[version_key] = env.python
-    if base_python:
-        pyvenv["home"] = str(Path(base_python).parent)
+    pyvenv = derive_target_pyvenv(
+        reference.pyvenv,
+        reference_venv=reference.venv,
+        venv=venv,
+        python=env.python_path,
+        python_realpath=env.python_realpath,
+        version=env.python,
+    )
     gpu = {"source": "profile", "cc": list(env.gpu_cc)}
     if env.driver:
         gpu["driver"] = env.driver
@@ -152,3 +183,7 @@ def build_target_lock(
         gpu=gpu if env.gpu_cc else None,
     )
     return lock, manifest, deviations
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])

@@ -29,6 +29,9 @@ class TargetEnv:
     libc_version: str
     gpu_cc: tuple[str, ...]
     driver: str | None
+    # The base interpreter found on the host (None for an offline [target] lock).
+    python_path: str | None = None
+    python_realpath: str | None = None
 
     @property
     def major_minor(self) -> str:
@@ -95,6 +98,8 @@ def target_env(profile: HostProfile, reference: Callable[[], Lock], probe: Any |
         libc_version=plat.get("libc_version") or "",
         gpu_cc=tuple(g["cc"] for g in found.get("gpu") or []) or gpu_cc,
         driver=((found.get("gpu") or [{}])[0].get("driver")) or driver,
+        python_path=found.get("python"),
+        python_realpath=interp.get("executable_realpath") or found.get("python"),
     )
 
 

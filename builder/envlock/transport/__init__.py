@@ -45,6 +45,10 @@ class Transport(Protocol):
         """Fix what made the agent fail to start (ship a missing agent); True: run again."""
         ...
 
+    def run_shell(self, script: str, args: list[str]) -> bytes:
+        """Run a POSIX ``sh`` script with ``args`` on the host; its stdout (exit status ignored)."""
+        ...
+
     def close(self) -> None: ...
 
 

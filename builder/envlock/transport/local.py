@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 
 from envlock.agent.bundle import bundle_dir
@@ -33,6 +34,12 @@ class LocalTransport:
 
     def repair(self, venv: str, returncode: int, stderr_lines: list[str], python: str | None = None) -> bool:
         return False
+
+    def run_shell(self, script: str, args: list[str]) -> bytes:
+        proc = subprocess.run(
+            ["sh", "-c", script, "envlock", *args], stdin=subprocess.DEVNULL, capture_output=True, check=False
+        )
+        return proc.stdout
 
     def close(self) -> None:
         return None

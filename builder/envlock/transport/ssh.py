@@ -162,6 +162,17 @@ class SshTransport:
             return EnvlockError(f"host {self.host}: {venv} is not a venv (no bin/python)")
         return None
 
+    def run_shell(self, script: str, args: list[str]) -> bytes:
+        proc = subprocess.run(
+            self.ssh_argv(["sh", "-c", script, "envlock", *args]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        if proc.returncode == 255:
+            raise self.connection_error(proc.stderr.decode("utf-8", "replace").strip().splitlines())
+        return proc.stdout
+
     def close(self) -> None:
         if (self.control_dir / "cm").exists():
             subprocess.run(
