@@ -48,7 +48,23 @@ def derive_target_pyvenv(
                 out[key] = _repoint_command(value, reference_venv, venv, python)
         else:
             out[key] = value
+    if "uv" not in reference and python is not None:
+        _as_python_m_venv_writes(out, venv, python, python_realpath or python, version)
     return out
+
+
+def _as_python_m_venv_writes(
+    out: dict[str, str], venv: str, python: str, realpath: str, version: str
+) -> None:
+    """``executable`` and ``command`` exist from Python 3.11 on: add or drop them
+    as the target's own ``python -m venv`` would (a 3.8 reference has neither)."""
+    major, minor = (int(p) for p in version.split(".")[:2])
+    if (major, minor) >= (3, 11):
+        out.setdefault("executable", realpath)
+        out.setdefault("command", f"{python} -m venv {venv}")
+    else:
+        out.pop("executable", None)
+        out.pop("command", None)
 
 
 def _repoint_command(command: str, reference_venv: str, venv: str, python: str) -> str:
