@@ -18,8 +18,8 @@ import base64
 import csv
 import ctypes
 import errno
-import hashlib
 import fcntl
+import hashlib
 import json
 import os
 import re

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from envlock.agent.apply import relocate
+from envlock.fetch import blob
 from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import Artifact, FileEntry, Lock, Package
@@ -16,7 +17,6 @@ from envlock.resolve.target import TargetEnv
 from envlock.resolve.wheelrows import wheel_layout
 from envlock.store import Store
 from envlock.tags import abi_tag
-
 
 _PATH_FREE_SCAFFOLD = (".lock", ".gitignore", "CACHEDIR.TAG")
 
@@ -67,7 +67,7 @@ def _repointed(
         return pkg, rows
     scripts = {}
     for rel, sha in pkg.scripts.items():
-        data = store.blob_path(sha).read_bytes()
+        data = blob(store, sha, f"{pkg.name} {rel}").read_bytes()
         new_rel = _versioned_name(rel, old_minor, new_minor)
         scripts[new_rel] = store.put_blob(relocate(data, old_venv, new_venv))
     if moved != rows:
