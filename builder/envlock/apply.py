@@ -94,7 +94,7 @@ def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]
     from packaging.version import InvalidVersion, Version
 
     # The live venv reports dist-info names as written (PyYAML, typing_extensions).
-    before = {canonicalize_name(name): version for name, version in live or []}
+    before: dict[str, str] = {canonicalize_name(name): version for name, version in live or []}
     after = {p.name: p.version for p in lock.packages}
     changes = []
     for name in sorted(before.keys() | after.keys()):
