@@ -13,10 +13,11 @@ $(BIN)/envlock: pyproject.toml
 
 setup: $(BIN)/envlock
 
-# The SSH tests run real sshd (Debian's openssh-server) in mount namespaces.
+# The SSH tests run real sshd (Debian's openssh-server) in mount namespaces;
+# the corpus builds PyYAML from its sdist against the system's libyaml.
 test-deps:
-	@test -x /usr/sbin/sshd || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+	@{ test -x /usr/sbin/sshd && test -f /usr/include/yaml.h; } || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server libyaml-dev >/dev/null; }
 
 test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests

@@ -162,6 +162,8 @@ def test_sdist_build_linking_a_system_library(tmp_path: Path) -> None:
     lock = tomllib.loads((root / "locks/pylock.tgt.toml").read_text())
     pyyaml = next(p for p in lock["packages"] if p["name"] == "pyyaml")
     assert pyyaml["tool"]["envlock"]["source"] == "repacked"
+    needed = {n for lib in pyyaml["tool"]["envlock"]["native"] for n in lib.get("needed", [])}
+    assert "libyaml-0.so.2" in needed, "built against the system's libyaml (make test installs libyaml-dev)"
     assert walk_payload(target) == walk_payload(ref)
     _same_scaffold(target, str(target), ref)
 
