@@ -31,6 +31,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     applied_p = sub.add_parser("applied", help="is VENV what the last apply of DIGEST left?")
     applied_p.add_argument("--venv", required=True)
     applied_p.add_argument("--digest", required=True)
+    applied_p.add_argument("--force", action="store_true", help="a venv from another tool may be replaced")
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
     source_p = sub.add_parser(
@@ -53,6 +54,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from envlock.agent.apply import ApplyError
     from envlock.agent.dists import DistError
     from envlock.agent.hashing import UnreadableFile
+    from envlock.agent.journal import JournalError
     from envlock.agent.receive import ReceiveError
     from envlock.agent.snapshot import SnapshotError
     from envlock.agent.sources import SourceError
@@ -84,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 plan = json.loads(sys.stdin.buffer.read())
                 _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
             elif args.command == "applied":
-                _emit(host_apply.applied(args.venv, args.digest))
+                _emit(host_apply.applied(args.venv, args.digest, force=args.force))
             else:
                 _emit(host_apply.rollback(args.venv))
         elif args.command == "pack-source":
@@ -107,6 +109,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         DistError,
         ReceiveError,
         ApplyError,
+        JournalError,
         SourceError,
         OSError,
         ValueError,
