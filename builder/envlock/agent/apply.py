@@ -32,7 +32,7 @@ from envlock.agent.hashing import StatCache
 from envlock.agent.journal import JournalError, StateDir, fault, ident
 from envlock.agent.layout import is_bookkeeping, is_bytecode, is_scaffold
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory
-from envlock.agent.stamp import applied
+from envlock.agent.stamp import applied, read_stamp, stamp_matches
 from envlock.agent.swap import SwapError, recover, swap_in
 from envlock.agent.venvguard import path_refusal, replace_refusal
 
@@ -393,6 +393,11 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
     handle = take_lock(state)
     try:
         notes = [n for n in (_migrate_legacy(state), _recover(state)) if n]
+        if notes and stamp_matches(state, plan["digest"], read_stamp(state)):
+            # The interrupted apply was of this very lock and got past the
+            # swap: building again would push its rollback copy out.
+            previous = state.previous if os.path.isdir(state.previous) else None
+            return {"venv": venv, "previous": previous, "recovered": "; ".join(notes), "finished": True}
         _drop(state.failed)  # kept by the last apply for examination, until this one
         if os.path.ismount(venv):
             raise ApplyError(

@@ -79,7 +79,9 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
         return result
     if result["exists"]:
         result["bytecode"] = [list(row) for row in damaged_bytecode(venv)]
-        result["matches"] = stamp_matches(state, digest, stamp) and not result["bytecode"]
+        # An unfinished apply is never a no-op: the next apply finishes it.
+        unfinished = os.path.lexists(state.journal)
+        result["matches"] = stamp_matches(state, digest, stamp) and not result["bytecode"] and not unfinished
     if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv

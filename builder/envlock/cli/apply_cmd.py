@@ -181,6 +181,13 @@ def render_text(result: ApplyResult) -> str:
             lines.append(f"the staged venv is kept at {result.kept_staging} until the next apply")
         return "\n".join(lines)
     report = result.host_report
+    if report.get("finished"):
+        lines += [
+            f"note: {report['recovered']}",
+            f"{result.venv} on {result.host}: the interrupted apply of this lock had swapped it in; "
+            f"previous venv kept at {report['previous']}",
+        ]
+        return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
         f"pushed {result.pushed_files} file(s), {human_size(result.pushed_bytes)}",
