@@ -282,7 +282,8 @@ def _drift(
 
     locked, manifest = read_locked(workspace, host)
     found = compare(locked, manifest, snapshot_live(workspace, host), workspace.lock_path(host))
-    return None if found.clean else found
+    # Damaged bytecode is not a hand edit: the plan lists it, the apply rebuilds it.
+    return found if found.files or found.dists else None
 
 
 def _apply(

@@ -16,6 +16,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     snap.add_argument("--venv", required=True)
     snap.add_argument("--jobs", type=int, default=0)
     snap.add_argument("--no-cache", action="store_true")
+    snap.add_argument("--bytecode", action="store_true", help="also list damaged .pyc files")
     repack = sub.add_parser("repack", help="stream repacked wheels: a JSON header line, then the bytes")
     repack.add_argument("--venv", required=True)
     repack.add_argument("dist_infos", nargs="+")
@@ -68,7 +69,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
             described = describe_venv(args.venv)
             _emit(described)
-            _emit(inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache))
+            found = inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache)
+            if args.bytecode:
+                from envlock.agent.bytecode import damaged_bytecode
+
+                found["bytecode"] = damaged_bytecode(args.venv)
+            _emit(found)
         elif args.command == "repack":
             return _repack(args.venv, args.dist_infos)
         elif args.command == "have":
