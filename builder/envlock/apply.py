@@ -246,7 +246,7 @@ def apply(
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
             raise EnvlockError(f"host {host}: {refusal}")
         lock, rows = checked_lock(workspace, host)
-        drift = _drift(workspace, host, lock, state, known) if state["exists"] else None
+        drift = _drift(workspace, host, lock) if state["exists"] and _describes(lock, host, state) else None
         if drift is not None and not options.discard_drift:
             return ApplyResult(
                 host, profile.venv, False, options.dry_run, changes, drift=drift,
@@ -270,13 +270,16 @@ def _built_from(lock: Lock, state: dict[str, Any]) -> bool:
     return bool(live) and live == {(canonicalize_name(p.name), p.version) for p in lock.packages}
 
 
-def _drift(
-    workspace: Workspace, host: str, lock: Lock, state: dict[str, Any], known: bool
-) -> VerifyResult | None:
-    """Hand edits an apply of this lock would discard: verify's findings, when the live venv
-    is what this lock describes (another lock's venv differs from it by design)."""
-    if not known:
-        return None
+def _describes(lock: Lock, host: str, state: dict[str, Any]) -> bool:
+    """Does this lock describe the live venv file for file: the lock last applied there, or the
+    lock captured from it? (Another lock's venv differs from it by design, not by hand.)"""
+    if state.get("stamp_digest") == lock.digest:
+        return True
+    return state.get("stamp_digest") is None and lock.role == "reference" and lock.host == host
+
+
+def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
+    """Hand edits an apply of this lock would discard: verify's findings."""
     from envlock.capture.live import snapshot_live
     from envlock.verify import compare, read_locked
 
