@@ -22,7 +22,7 @@ from common import BIN, gpu_venv, payload_files, raw_hash_python, run, save_resu
 
 
 def _fresh(path: Path) -> None:
-    for suffix in ("", ".envlock-previous", ".envlock-staging", ".envlock-applied.json"):
+    for suffix in ("", ".envlock"):
         target = Path(f"{path}{suffix}")
         if target.is_dir():
             shutil.rmtree(target)

@@ -216,9 +216,9 @@ def test_apply_over_ssh_same_path_is_byte_identical(
             (root / "locks" / f"pylock.ct129{suffix}").read_bytes()
         )
     proc = run_envlock(root, "apply", "ct200", "--format", "json")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, proc.stderr + proc.stdout
     report = json.loads(proc.stdout)["result"]["host_report"]
-    assert report["previous"] == f"{VENV_PATH}.envlock-previous"
+    assert report["previous"] == f"{VENV_PATH}.envlock/previous"
     reference_bytes = _payload_bytes(rig.venv_dir("ct-a"))
     assert any(k.startswith("bin/") for k in reference_bytes)
     assert _payload_bytes(rig.venv_dir("ct-b")) == reference_bytes

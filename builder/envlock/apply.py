@@ -17,11 +17,14 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from envlock.errors import EnvlockError, LockError
+from packaging.utils import canonicalize_name
+
+from envlock.agent.venvguard import path_refusal
+from envlock.errors import EnvlockError, ExitCode, LockError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
@@ -30,10 +33,11 @@ from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
-from envlock.smoke import DRIVER_LIBRARIES, host_has_gpu
+from envlock.smoke import DRIVER_LIBRARIES, SmokeResult, build_result, host_has_gpu
 from envlock.store import Store
 from envlock.transfer import Item, push
 from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
+from envlock.verify import VerifyResult
 from envlock.workspace import Workspace
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
@@ -44,6 +48,9 @@ class ApplyOptions:
     dry_run: bool = False
     jobs: int = 0
     allow_smoke_failures: bool = False
+    force: bool = False  # replace a venv another tool built
+    discard_drift: bool = False  # replace a venv whose files were edited since envlock wrote them
+    keep_staging: bool = False  # keep the staged venv after any failure, not only verify and smoke
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,17 @@ class ApplyResult:
     pushed_files: int = 0
     pushed_bytes: int = 0
     host_report: dict[str, Any] = field(default_factory=dict)
+    # Hand edits in the live venv (verify's findings against this very lock);
+    # apply refuses to discard them without --discard-drift.
+    drift: VerifyResult | None = None
+    drift_refused: bool = False
+    bytecode: tuple[tuple[str, str], ...] = ()  # damaged .pyc files in the live venv
+    smoke_failure: SmokeResult | None = None  # imports failed in the staged venv: nothing swapped
+    kept_staging: str | None = None  # where the failed staged venv waits to be examined
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FINDINGS if self.drift_refused or self.smoke_failure else ExitCode.OK
 
 
 def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]]:
@@ -169,6 +187,7 @@ def build_plan(
     uv_item: Item,
     options: ApplyOptions,
     python: str,
+    force: bool = False,
 ) -> tuple[dict[str, Any], list[Item]]:
     items = [uv_item]
     wheels = []
@@ -227,6 +246,8 @@ def build_plan(
         # A host without a GPU skips modules that only lack the driver's libraries.
         "smoke_skip_missing": [] if host_has_gpu(profile, lock) else list(DRIVER_LIBRARIES),
         "allow_smoke_failures": options.allow_smoke_failures,
+        "force": force,
+        "keep_staging": options.keep_staging,
     }
     return plan, items
 
@@ -241,6 +262,9 @@ def apply(
     options = options or ApplyOptions()
     step = on_step or (lambda _message: None)
     profile = load_profile(workspace, host)
+    refused = path_refusal(profile.venv, local=False)
+    if refused is not None:
+        raise EnvlockError(f"{profile.path}: {refused}")
     path = workspace.lock_path(host)
     lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
     # The lock's own digest must match its packages before it is trusted even
@@ -259,12 +283,55 @@ def apply(
             )
         )
         changes = plan_changes(lock, state["dists"])
+        bytecode = tuple((str(p), str(why)) for p, why in state.get("bytecode") or [])
         if state["matches"]:
             return ApplyResult(host, profile.venv, True, options.dry_run, ())
+        known = _built_from(lock, state)
+        refusal = state.get("refused")
+        if refusal is not None and not (state.get("foreign") and (known or options.force)):
+            raise EnvlockError(f"host {host}: {refusal}")
         lock, rows = checked_lock(workspace, host)
+        drift = _drift(workspace, host, lock) if state["exists"] and _describes(lock, host, state) else None
+        if drift is not None and not options.discard_drift:
+            return ApplyResult(
+                host, profile.venv, False, options.dry_run, changes, drift=drift,
+                drift_refused=not options.dry_run, bytecode=bytecode,
+            )  # fmt: skip
         if options.dry_run:
-            return ApplyResult(host, profile.venv, False, True, changes)
-        return _apply(workspace, profile, lock, rows, transport, python, changes, options, on_progress, step)
+            return ApplyResult(host, profile.venv, False, True, changes, drift=drift, bytecode=bytecode)
+        force = bool(state.get("foreign")) and (known or options.force)
+        result = _apply(
+            workspace, profile, lock, rows, transport, python, changes, options, on_progress, step, force
+        )
+        return replace(result, drift=drift, bytecode=bytecode)
+
+
+def _built_from(lock: Lock, state: dict[str, Any]) -> bool:
+    """Is the live venv one this lock describes: the lock last applied there, or the same
+    distributions (a venv captured into it)?"""
+    if state.get("stamp_digest") == lock.digest:
+        return True
+    live = {(canonicalize_name(n), v) for n, v in state.get("dists") or []}
+    return bool(live) and live == {(canonicalize_name(p.name), p.version) for p in lock.packages}
+
+
+def _describes(lock: Lock, host: str, state: dict[str, Any]) -> bool:
+    """Does this lock describe the live venv file for file: the lock last applied there, or the
+    lock captured from it? (Another lock's venv differs from it by design, not by hand.)"""
+    if state.get("stamp_digest") == lock.digest:
+        return True
+    return state.get("stamp_digest") is None and lock.role == "reference" and lock.host == host
+
+
+def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
+    """Hand edits an apply of this lock would discard: verify's findings."""
+    from envlock.capture.live import snapshot_live
+    from envlock.verify import compare, read_locked
+
+    locked, manifest = read_locked(workspace, host)
+    found = compare(locked, manifest, snapshot_live(workspace, host), workspace.lock_path(host))
+    # Damaged bytecode is not a hand edit: the plan lists it, the apply rebuilds it.
+    return found if found.files or found.dists else None
 
 
 def _apply(
@@ -278,6 +345,7 @@ def _apply(
     options: ApplyOptions,
     on_progress: ProgressCallback | None,
     step: Callable[[str], None],
+    force: bool,
 ) -> ApplyResult:
     store = Store(workspace.store_dir)
     step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
@@ -289,7 +357,7 @@ def _apply(
     fetched = fetch_all(store, workspace.locks_dir, lock.packages, fetch_progress)
     uv = _uv_binary()
     uv_item = Item(hash_file(uv), "uv", uv)
-    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options, python)
+    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options, python, force)
     step(f"push what {profile.name} lacks")
     pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, on_progress=on_progress, python=python)
     step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
@@ -303,9 +371,15 @@ def _apply(
             python=python,
         )
     )
-    return ApplyResult(
+    result = ApplyResult(
         profile.name, profile.venv, False, False, changes, len(pushed.sent), pushed.bytes_sent, report
     )
+    if report.get("failed") == "smoke":
+        # Explained exactly as `envlock smoke` explains it, against the lock being applied.
+        lock_shown = str(workspace.lock_path(profile.name).relative_to(workspace.root))
+        smoked = build_result(profile, lock, lock_shown, host_has_gpu(profile, lock), report["smoke_report"])
+        return replace(result, smoke_failure=smoked, kept_staging=report.get("kept"))
+    return result
 
 
 def _prompt(pyvenv: Mapping[str, str]) -> str | None:
@@ -328,6 +402,9 @@ def _as_stdin(data: bytes) -> Any:
 
 def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
     profile = load_profile(workspace, host)
+    refused = path_refusal(profile.venv, local=False)
+    if refused is not None:
+        raise EnvlockError(f"{profile.path}: {refused}")
     lock_path = workspace.lock_path(host)
     python = profile.python
     if python is None and lock_path.is_file():

@@ -66,10 +66,11 @@ class VerifyResult:
     python_live: str
     stats: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    bytecode: tuple[tuple[str, str], ...] = ()  # damaged .pyc files (path, why): imports would fail
 
     @property
     def clean(self) -> bool:
-        return not (self.dists or self.files or self.python_locked != self.python_live)
+        return not (self.dists or self.files or self.bytecode or self.python_locked != self.python_live)
 
 
 def read_locked(workspace: Workspace, host: str) -> tuple[Lock, bytes]:
@@ -139,6 +140,7 @@ def compare(lock: Lock, manifest: bytes, live: LiveVenv, lock_path: Path) -> Ver
         python_live=live_python,
         stats=live.stats,
         warnings=warnings,
+        bytecode=live.bytecode,
     )
 
 

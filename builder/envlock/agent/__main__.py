@@ -16,6 +16,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     snap.add_argument("--venv", required=True)
     snap.add_argument("--jobs", type=int, default=0)
     snap.add_argument("--no-cache", action="store_true")
+    snap.add_argument("--bytecode", action="store_true", help="also list damaged .pyc files")
     repack = sub.add_parser("repack", help="stream repacked wheels: a JSON header line, then the bytes")
     repack.add_argument("--venv", required=True)
     repack.add_argument("dist_infos", nargs="+")
@@ -31,6 +32,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     applied_p = sub.add_parser("applied", help="is VENV what the last apply of DIGEST left?")
     applied_p.add_argument("--venv", required=True)
     applied_p.add_argument("--digest", required=True)
+    applied_p.add_argument("--force", action="store_true", help="a venv from another tool may be replaced")
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
     source_p = sub.add_parser(
@@ -53,6 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from envlock.agent.apply import ApplyError
     from envlock.agent.dists import DistError
     from envlock.agent.hashing import UnreadableFile
+    from envlock.agent.journal import JournalError
     from envlock.agent.receive import ReceiveError
     from envlock.agent.snapshot import SnapshotError
     from envlock.agent.sources import SourceError
@@ -66,7 +69,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
             described = describe_venv(args.venv)
             _emit(described)
-            _emit(inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache))
+            found = inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache)
+            if args.bytecode:
+                from envlock.agent.bytecode import damaged_bytecode
+
+                found["bytecode"] = damaged_bytecode(args.venv)
+            _emit(found)
         elif args.command == "repack":
             return _repack(args.venv, args.dist_infos)
         elif args.command == "have":
@@ -84,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 plan = json.loads(sys.stdin.buffer.read())
                 _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
             elif args.command == "applied":
-                _emit(host_apply.applied(args.venv, args.digest))
+                _emit(host_apply.applied(args.venv, args.digest, force=args.force))
             else:
                 _emit(host_apply.rollback(args.venv))
         elif args.command == "pack-source":
@@ -107,6 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         DistError,
         ReceiveError,
         ApplyError,
+        JournalError,
         SourceError,
         OSError,
         ValueError,

@@ -1,22 +1,23 @@
 """Host side of ``envlock apply``: stage, install, put back bin/, verify, smoke, swap.
 
 One agent process does it all while holding an exclusive ``flock`` on
-``<venv>.envlock.lock``, so two applies never interleave, and a ``kill -9``
+``<venv>.envlock/lock``, so two applies never interleave, and a ``kill -9``
 releases the lock with the process. The live venv is touched only by the
-final swap, an atomic ``renameat2(RENAME_EXCHANGE)``: at every instant
-``<venv>`` is either the old venv or the new, verified one.
+swap, an atomic ``renameat2(RENAME_EXCHANGE)``: at every instant ``<venv>``
+is either the old venv or the new, verified one.
 
-Paths beside the venv: ``.envlock-staging`` (the venv being built; it holds
-a marker file until the swap), ``.envlock-previous`` (what the last apply
-replaced, for rollback), ``.envlock-applied.json`` (a stamp: the lock digest
-and the stat keys of every file, for the no-op check).
+Every step is journaled in ``<venv>.envlock/journal.json`` before it starts
+(``envlock.agent.journal``: where the state lives, the fault hooks), so the
+next apply or rollback finishes or undoes a killed one
+(``envlock.agent.swap``: the swap and its recovery). What apply may replace
+at all is ``envlock.agent.venvguard``'s to say, checked before anything is
+written beside the venv. The no-op stamp is ``envlock.agent.stamp``.
 """
 
 from __future__ import annotations
 
 import base64
 import csv
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -28,19 +29,24 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, List, Optional, Set, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
+from envlock.agent import journal
 from envlock.agent.hashing import StatCache
+from envlock.agent.journal import JournalError, StateDir, fault, ident
 from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold
-from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory, walk
+from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory
+from envlock.agent.stamp import applied, read_stamp, stamp_matches
+from envlock.agent.swap import SwapError, recover, swap_in
+from envlock.agent.venvguard import path_refusal, replace_refusal
+
+__all__ = ["ApplyError", "applied", "rollback", "run_apply"]
 
 MARKER = ".envlock-staging"
-RENAME_EXCHANGE = 2
-AT_FDCWD = -100
 
 
 class ApplyError(Exception):
-    """Apply stopped; the live venv is untouched. The message names the step."""
+    """Apply stopped; the message names the step and where the live venv stands."""
 
 
 def sibling(venv: str, suffix: str) -> str:
@@ -53,13 +59,21 @@ def progress(phase: str, done: int, total: int, detail: str = "") -> None:
     sys.stderr.flush()
 
 
-# ------------------------------------------------------------------ locking
+# ------------------------------------------------------------------ state and locking
 
 
-def take_lock(venv: str) -> IO[str]:
-    path = sibling(venv, ".envlock.lock")
-    os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-    handle = open(path, "a+")  # noqa: SIM115 - held open for the whole apply, closed by the caller
+def open_state(venv: str, force: bool) -> StateDir:
+    """The venv's state directory, created only once ``venv`` passed the guard."""
+    refused = path_refusal(venv) or replace_refusal(venv, StateDir(venv).root, force)
+    if refused is not None:
+        raise ApplyError(refused)
+    state = StateDir(venv)
+    state.create()
+    return state
+
+
+def take_lock(state: StateDir) -> IO[str]:
+    handle = open(state.lock, "a+")  # noqa: SIM115 - held open for the whole apply, closed by the caller
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -69,7 +83,7 @@ def take_lock(venv: str) -> IO[str]:
         holder = handle.read().strip() or "?"
         handle.close()
         raise ApplyError(
-            "another envlock apply is running on %s (pid %s holds %s)" % (venv, holder, path)
+            "another envlock apply is running on %s (pid %s holds %s)" % (state.venv, holder, state.lock)
         ) from exc
     handle.seek(0)
     handle.truncate()
@@ -78,63 +92,48 @@ def take_lock(venv: str) -> IO[str]:
     return handle
 
 
-# ------------------------------------------------------------------ swapping
+def _recover(state: StateDir) -> Optional[str]:
+    try:
+        return recover(state)
+    except (JournalError, SwapError) as exc:
+        raise ApplyError("recovering an interrupted apply: %s" % exc) from exc
 
 
-def exchange(a: str, b: str) -> None:
-    """Swap two paths atomically (Linux renameat2); refuse rather than fake it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is None:
-        raise ApplyError("this host's libc has no renameat2: cannot swap atomically")
-    if renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), RENAME_EXCHANGE) != 0:
-        err = ctypes.get_errno()
-        raise ApplyError("cannot swap %s and %s: %s" % (a, b, os.strerror(err)))
+def _migrate_legacy(state: StateDir) -> Optional[str]:
+    """Envlock before the state directory kept ``<venv>.envlock-previous`` beside the venv."""
+    legacy = state.venv + ".envlock-previous"
+    stamp = state.venv + ".envlock-applied.json"
+    if os.path.lexists(stamp):
+        os.unlink(stamp)
+    if os.path.isdir(legacy) and not os.path.islink(legacy) and not os.path.lexists(state.previous):
+        os.rename(legacy, state.previous)
+        return "moved the rollback copy %s to %s" % (legacy, state.previous)
+    return None
 
 
-def recover(venv: str) -> Optional[str]:
-    """Clean up after an apply that was killed; return what was done, if anything."""
-    staging = sibling(venv, ".envlock-staging")
-    if not os.path.lexists(staging):
-        return None
-    if os.path.exists(os.path.join(staging, MARKER)):
-        shutil.rmtree(staging)
-        return "removed an unfinished staging venv"
-    # No marker: the swap happened and the old venv sits at the staging path.
-    previous = sibling(venv, ".envlock-previous")
-    if os.path.lexists(previous):
-        shutil.rmtree(previous)
-    os.rename(staging, previous)
-    return "kept the venv replaced by an interrupted apply as the rollback copy"
-
-
-def swap_in(venv: str, staging: str) -> Optional[str]:
-    """Put ``staging`` at ``venv``; the old venv becomes ``.envlock-previous``."""
-    os.unlink(os.path.join(staging, MARKER))
-    previous = sibling(venv, ".envlock-previous")
-    if not os.path.lexists(venv):
-        os.rename(staging, venv)
-        return None
-    exchange(staging, venv)
-    if os.path.lexists(previous):
-        shutil.rmtree(previous)
-    os.rename(staging, previous)
-    return previous
+# ------------------------------------------------------------------ rollback
 
 
 def rollback(venv: str) -> Dict[str, Any]:
-    handle = take_lock(venv)
+    refused = path_refusal(venv)
+    if refused is not None:
+        raise ApplyError(refused)
+    state = StateDir(venv)
+    if not os.path.isdir(state.root) and not os.path.isdir(venv + ".envlock-previous"):
+        raise ApplyError("no previous venv to roll back to (%s does not exist)" % state.previous)
+    state.create()
+    handle = take_lock(state)
     try:
-        recover(venv)
-        previous = sibling(venv, ".envlock-previous")
-        if not os.path.isdir(previous):
-            raise ApplyError("no previous venv to roll back to (%s does not exist)" % previous)
-        if os.path.lexists(venv):
-            exchange(previous, venv)
-        else:
-            os.rename(previous, venv)
-        _forget_stamp(venv)
-        return {"venv": venv, "restored_from": previous}
+        _migrate_legacy(state)
+        recovered = _recover(state)
+        from envlock.agent.swap import rollback as swap_back
+
+        try:
+            report = swap_back(state)
+        except SwapError as exc:
+            raise ApplyError(str(exc)) from exc
+        report["recovered"] = recovered
+        return report
     finally:
         handle.close()
 
@@ -475,14 +474,25 @@ def _scaffold_problems(plan: Dict[str, Any], staging: str) -> List[str]:
 # ------------------------------------------------------------------ smoke
 
 
+class SmokeFailed(Exception):
+    """Imports failed in the staged venv; carries the agent's full smoke report."""
+
+    def __init__(self, report: Dict[str, Any]) -> None:
+        super().__init__("smoke failed")
+        self.report = report
+
+
 def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
     """Import every module of the staged venv and run the profile's checks.
 
     The same parallel, crash- and hang-proof smoke as ``envlock smoke``
-    (``envlock.agent.smoke``), run in the staged venv's interpreter.
+    (``envlock.agent.smoke``), run in the staged venv's interpreter with
+    ``-B``: bytecode the imports would write is left out of the venv that is
+    swapped in (a full disk truncates it, and nothing verifies it there).
     """
     from envlock.agent.smoke import SmokeError, run_smoke
 
+    fault("before", "smoke")
     try:
         report = run_smoke(
             staging,
@@ -492,9 +502,11 @@ def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
             from_venv=True,
             skip_missing=plan.get("smoke_skip_missing", []),
             python=os.path.join(staging, "bin", "python"),
+            write_bytecode=False,
         )
     except SmokeError as exc:
         raise ApplyError("smoke: %s" % exc) from exc
+    fault("after", "smoke")
     results = report["results"]
     failed = [r for r in results if r["status"] == "failed"]
     return {
@@ -502,14 +514,8 @@ def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
         "skipped": sum(1 for r in results if r["status"] == "skipped"),
         "failed": failed,
         "seconds": report["seconds"],
+        "_report": report,
     }
-
-
-def _describe_failure(result: Dict[str, Any]) -> str:
-    name = result.get("check") or result.get("module")
-    what = result.get("type") or result.get("kind") or "failed"
-    lines = (result.get("message") or "").strip().splitlines()
-    return "%s: %s: %s" % (name, what, lines[0] if lines else "")
 
 
 def _catching(fn: Any, *args: Any) -> Tuple[Any, Optional[BaseException]]:
@@ -526,73 +532,31 @@ def _unwrap(box: Tuple[Any, Optional[BaseException]]) -> Any:
     return value
 
 
-# ------------------------------------------------------------------ stamp (no-op check)
-
-
-def _stamp_path(venv: str) -> str:
-    return sibling(venv, ".envlock-applied.json")
-
-
-def _forget_stamp(venv: str) -> None:
-    if os.path.exists(_stamp_path(venv)):
-        os.unlink(_stamp_path(venv))
-
-
-def write_stamp(venv: str, digest: str) -> None:
-    files, links = walk(venv)
-    entries = {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
-    tmp = _stamp_path(venv) + ".tmp"
-    with open(tmp, "w") as out:
-        out.write(json.dumps({"digest": digest, "files": entries, "links": links}))
-    os.replace(tmp, _stamp_path(venv))
-
-
-def applied(venv: str, digest: str) -> Dict[str, Any]:
-    """Is ``venv`` exactly what the last apply of ``digest`` left? (stat keys, no hashing)
-
-    When it is not, also the distributions it holds now, for the plan.
-    """
-    result: Dict[str, Any] = {
-        "exists": os.path.isdir(venv),
-        "matches": _stamp_matches(venv, digest),
-        "dists": None,
-    }
-    if result["exists"] and not result["matches"]:
-        try:
-            from envlock.agent.snapshot import describe_venv
-
-            result["dists"] = sorted([d["name"], d["version"]] for d in describe_venv(venv)["dists"])
-        except Exception:  # a broken venv is exactly what apply is for
-            result["dists"] = None
-    return result
-
-
-def _stamp_matches(venv: str, digest: str) -> bool:
-    try:
-        with open(_stamp_path(venv)) as stream:
-            stamp = json.load(stream)
-    except (OSError, ValueError):
-        return False
-    if stamp.get("digest") != digest or not os.path.isdir(venv):
-        return False
-    files, links = walk(venv)
-    current = {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
-    return bool(current == stamp["files"] and links == stamp["links"])
-
-
 # ------------------------------------------------------------------ the whole apply
 
 
 def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
+    """Build, check and swap in the plan's venv; journaled, so a kill at any point is recovered."""
     venv = plan["venv"]
-    staging = sibling(venv, ".envlock-staging")
+    state = open_state(venv, force=bool(plan.get("force")))
     started = time.time()
     plan["uv"] = os.path.expanduser(plan["uv"])
     if os.path.isfile(plan["uv"]):
         os.chmod(plan["uv"], 0o755)  # it arrives as plain bytes
-    handle = take_lock(venv)
+    handle = take_lock(state)
     try:
-        recovered = recover(venv)
+        notes = [n for n in (_migrate_legacy(state), _recover(state)) if n]
+        if notes and stamp_matches(state, plan["digest"], read_stamp(state)):
+            # The interrupted apply was of this very lock and got past the
+            # swap: building again would push its rollback copy out.
+            previous = state.previous if os.path.isdir(state.previous) else None
+            return {"venv": venv, "previous": previous, "recovered": "; ".join(notes), "finished": True}
+        _drop(state.failed)  # kept by the last apply for examination, until this one
+        if os.path.ismount(venv):
+            raise ApplyError(
+                "%s is a mount point: envlock swaps a venv in by renaming its directory; "
+                "make the venv a directory inside the mounted volume" % venv
+            )
         check_space(venv, sum(row[2] for row in plan["expected"]))
         timings: Dict[str, float] = {}
         clock = [time.time()]
@@ -602,56 +566,118 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             timings[name] = round(now - clock[0], 3)
             clock[0] = now
 
-        progress("stage", 0, 1, "creating the staging venv")
+        journal.record(state, "stage", digest=plan["digest"], new=None, old=None, prev=None)
+        step = ["stage"]
         try:
-            create_staging(plan, staging)
-            lap("stage")
-            progress("install", 0, len(plan["wheels"]))
-            install(plan, staging)
-            progress("install", len(plan["wheels"]), len(plan["wheels"]))
-            lap("install")
-            placed = finish_payload(plan, staging)
-            sources = restore_sources(plan)
-            # Smoke runs beside verify: the imports take seconds of mostly
-            # single-threaded work that hashing leaves room for.
-            smoked_box: List[Any] = []
-            smoker = threading.Thread(target=lambda: smoked_box.append(_catching(smoke, plan, staging)))
-            smoker.start()
-            progress("verify", 0, len(plan["expected"]))
-            try:
-                verified, found = verify_staging(plan, staging, jobs)
-            finally:
-                smoker.join()
-            progress("verify", verified, len(plan["expected"]))
-            lap("verify+smoke")
-            smoked = _unwrap(smoked_box[0])
-            failures = smoked["failed"]
-            if failures and not plan.get("allow_smoke_failures"):
-                total = smoked["ok"] + smoked["skipped"] + len(failures)
-                raise ApplyError(
-                    "smoke: %d of %d imports failed in the staged venv, first %s"
-                    % (len(failures), total, _describe_failure(failures[0]))
-                )
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            built = _build_and_check(plan, state, jobs, lap, step)
+        except BaseException as exc:
+            keep = step[0] == "verify" or bool(plan.get("keep_staging"))
+            kept = _set_aside(state) if keep else None
+            if not keep:
+                _drop(state.staging)
+            journal.clear(state)
+            if isinstance(exc, SmokeFailed):
+                return _smoke_failure(plan, exc.report, kept)
+            if kept is not None and isinstance(exc, (ApplyError, OSError)):
+                raise ApplyError("%s; the staged venv is kept at %s" % (exc, kept)) from exc
             raise
-        previous = swap_in(venv, staging)
-        write_stamp(venv, plan["digest"])
+        try:
+            previous = swap_in(state, plan["digest"])
+        except SwapError as exc:
+            kept = _set_aside(state) if plan.get("keep_staging") else None
+            if kept is None:
+                _recover(state)  # the swap did not happen: drop the staging venv
+            else:
+                journal.clear(state)
+            shown = "; the staged venv is kept at %s" % kept if kept else ""
+            raise ApplyError("%s; the live venv is untouched%s" % (exc, shown)) from exc
+        except (OSError, JournalError) as exc:
+            raise ApplyError(
+                "the new venv is live at %s, but keeping the replaced one as the rollback copy "
+                "failed: %s; the next apply or rollback finishes it" % (venv, exc)
+            ) from exc
         # The files kept their inodes and times through the rename: the
         # hashes just verified are valid for the venv's own stat cache.
-        StatCache(default_cache_path(venv)).save(found["_entries"])
+        StatCache(default_cache_path(venv)).save(built["found"]["_entries"])
         lap("swap")
+        smoked = built["smoke"]
+        smoked.pop("_report", None)
         return {
             "timings": timings,
             "venv": venv,
             "previous": previous,
-            "recovered": recovered,
+            "recovered": "; ".join(notes) or None,
             "installed": len(plan["wheels"]),
-            "bin_files": placed,
-            "sources": sources,
-            "verified_files": verified,
+            "bin_files": built["placed"],
+            "sources": built["sources"],
+            "verified_files": built["verified"],
             "smoke": smoked,
             "seconds": round(time.time() - started, 3),
         }
     finally:
         handle.close()
+
+
+def _build_and_check(
+    plan: Dict[str, Any], state: StateDir, jobs: int, lap: Callable[[str], None], step: List[str]
+) -> Dict[str, Any]:
+    """Steps stage and verify (smoke runs beside verify): everything before the swap."""
+    staging = state.staging
+    progress("stage", 0, 1, "creating the staging venv")
+    fault("before", "stage")
+    create_staging(plan, staging)
+    _drop(os.path.join(staging, MARKER))  # the journal, not a marker, says what staging/ is
+    fault("after", "stage")
+    lap("stage")
+    progress("install", 0, len(plan["wheels"]))
+    fault("before", "install")
+    install(plan, staging)
+    fault("after", "install")
+    progress("install", len(plan["wheels"]), len(plan["wheels"]))
+    lap("install")
+    placed = finish_payload(plan, staging)
+    sources = restore_sources(plan)
+    journal.record(state, "verify", new=ident(staging))
+    step[0] = "verify"
+    fault("before", "verify")
+    # Smoke runs beside verify: the imports take seconds of mostly
+    # single-threaded work that hashing leaves room for.
+    smoked_box: List[Any] = []
+    smoker = threading.Thread(target=lambda: smoked_box.append(_catching(smoke, plan, staging)))
+    smoker.start()
+    progress("verify", 0, len(plan["expected"]))
+    try:
+        verified, found = verify_staging(plan, staging, jobs)
+    finally:
+        smoker.join()
+    progress("verify", verified, len(plan["expected"]))
+    lap("verify+smoke")
+    smoked = _unwrap(smoked_box[0])
+    if smoked["failed"] and not plan.get("allow_smoke_failures"):
+        raise SmokeFailed(smoked["_report"])
+    fault("after", "verify")
+    return {"placed": placed, "sources": sources, "verified": verified, "found": found, "smoke": smoked}
+
+
+def _smoke_failure(plan: Dict[str, Any], report: Dict[str, Any], kept: Optional[str]) -> Dict[str, Any]:
+    """The answer when imports failed: the whole smoke report, for the controller to explain."""
+    if kept is not None:
+        report["venv"] = kept
+    return {"venv": plan["venv"], "failed": "smoke", "kept": kept, "smoke_report": report}
+
+
+def _drop(path: str) -> None:
+    """Remove one of envlock's own paths (a staging venv the journal vouches for, a marker)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _set_aside(state: StateDir) -> Optional[str]:
+    """Keep the staged venv at failed/ to be examined (until the next apply)."""
+    if not os.path.isdir(state.staging):
+        return None
+    _drop(state.failed)
+    os.rename(state.staging, state.failed)
+    return state.failed

@@ -389,11 +389,13 @@ def run_smoke(
     from_venv: bool = False,
     skip_missing: Iterable[str] = (),
     python: Optional[str] = None,
+    write_bytecode: bool = True,
 ) -> Dict[str, Any]:
     """Import ``modules`` (plus every dist's top-level with ``from_venv``) and run ``checks``.
 
     ``skip_missing``: name prefixes of libraries (the GPU driver's) whose
     absence skips a module instead of failing it, on a host that has no GPU.
+    ``write_bytecode=False`` runs the workers with ``-B`` (apply's staged venv).
     """
     started = time.monotonic()
     venv = os.path.abspath(venv)
@@ -417,7 +419,7 @@ def run_smoke(
     run = _Run(venv, site, live, tuple(skip_missing), fail_fast, len(items))
     workdir = tempfile.mkdtemp(prefix="envlock-smoke-")
     try:
-        run.pool = Pool(jobs, timeout, workdir, run.on_answer, python)
+        run.pool = Pool(jobs, timeout, workdir, run.on_answer, python, write_bytecode)
         run.pool.fresh_first = fail_fast
         run.pool.run(items)
     finally:

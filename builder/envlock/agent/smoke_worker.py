@@ -223,7 +223,13 @@ class Pool:
     """
 
     def __init__(
-        self, jobs: int, timeout: float, workdir: str, on_answer: Answer, python: Optional[str] = None
+        self,
+        jobs: int,
+        timeout: float,
+        workdir: str,
+        on_answer: Answer,
+        python: Optional[str] = None,
+        write_bytecode: bool = True,
     ) -> None:
         import pkgutil
 
@@ -231,6 +237,8 @@ class Pool:
         # The venv's interpreter: apply runs the agent in the base interpreter
         # and smokes a staging venv, so it names that venv's python.
         self.python = python or sys.executable
+        # -B: no bytecode written into the venv the workers import from.
+        self.flags = ["-I"] if write_bytecode else ["-I", "-B"]
         data = pkgutil.get_data("envlock.agent", "smoke_worker.py")  # from a directory or a zipapp
         assert data is not None
         self.source = data.decode("utf-8")
@@ -271,7 +279,7 @@ class Pool:
         log = os.path.join(self.workdir, "worker-%d.log" % len(self.spawned))
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [self.python, "-I", "-c", self.source, str(cmd_r), str(res_w), str(os.getpid())],
+                [self.python, *self.flags, "-c", self.source, str(cmd_r), str(res_w), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -8,8 +8,8 @@ from typing import Any
 from envlock.transport import ProgressCallback
 
 
-def snapshot_args(venv: str, jobs: int = 0, use_cache: bool = True) -> list[str]:
-    args = ["snapshot", "--venv", venv]
+def snapshot_args(venv: str, jobs: int = 0, use_cache: bool = True, bytecode: bool = False) -> list[str]:
+    args = ["snapshot", "--venv", venv] + (["--bytecode"] if bytecode else [])
     if jobs:
         args += ["--jobs", str(jobs)]
     if not use_cache:

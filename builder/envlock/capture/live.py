@@ -69,6 +69,13 @@ class LiveVenv:
     def warnings(self) -> tuple[str, ...]:
         return self._built[2]
 
+    @property
+    def bytecode(self) -> tuple[tuple[str, str], ...]:
+        """Damaged ``.pyc`` files (path, why); a clean venv's answer is not even parsed for it."""
+        if b'"bytecode":[[' not in self._raw:
+            return ()
+        return tuple((str(p), str(why)) for p, why in self._snapshot.get("bytecode", []))
+
     @cached_property
     def digest(self) -> tuple[str, dict[str, str], str]:
         """(manifest sha256, {name: version}, Python version) of the live venv."""
@@ -118,7 +125,9 @@ def snapshot_live(
 ) -> LiveVenv:
     """Run the agent's snapshot on ``host``; ``use_cache=False`` rehashes every file."""
     profile = load_profile(workspace, host)
-    args = snapshot_args(profile.venv, jobs, use_cache)
+    # verify also asks for damaged bytecode: the lock does not record .pyc files,
+    # but a truncated one breaks its module's import.
+    args = snapshot_args(profile.venv, jobs, use_cache, bytecode=True)
     stats, relay = stats_relay(on_progress)
 
     with open_transport(profile) as transport:

@@ -7,12 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
 from envlock.cli.render import ProgressBar, envelope, human_size, table
+from envlock.cli.smoke_render import render_text as smoke_text
+from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
     from envlock.apply import ApplyResult
+    from envlock.verify import VerifyResult
 
+DRIFT_SHOWN = 20  # findings listed in the plan before the rest is counted
 PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}
 
 
@@ -24,18 +28,35 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Fetch every artifact of locks/pylock.<host>.toml (sha256 checked), push what the "
         "host lacks, build a staging venv beside the live one with uv, put back the exact bin/ bytes, "
         "verify every file against the lock, import-smoke it, and swap it in atomically. The replaced "
-        "venv is kept for `envlock rollback`. A host that already matches is left alone.",
+        "venv is kept for `envlock rollback`. A host that already matches is left alone. "
+        "Exit 0 applied (or nothing to do), 1 refused on a finding (hand edits in the venv, failed "
+        "imports in the staged venv: nothing was changed), 2 could not run.",
     )
     p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--jobs", type=int, default=0, help="hashing threads on the host")
     p.add_argument("--allow-smoke-failures", action="store_true", help="swap in even if imports fail")
+    p.add_argument(
+        "--force", action="store_true", help="replace a venv that another tool built (never a non-venv)"
+    )
+    p.add_argument(
+        "--discard-drift",
+        action="store_true",
+        help="replace a venv whose files were edited since it was applied (the edits stay in the "
+        "rollback copy)",
+    )
+    p.add_argument(
+        "--keep-staging",
+        action="store_true",
+        help="keep the staged venv after any failure (it is kept after a failed verify or smoke anyway)",
+    )
     p.set_defaults(run=run)
     r = sub.add_parser(
         "rollback",
         parents=[common],
         help=summary("rollback"),
-        description="Atomically exchange the live venv with <venv>.envlock-previous.",
+        description="Atomically exchange the live venv with <venv>.envlock/previous, the venv the last "
+        "apply replaced (finishing or undoing an interrupted apply first).",
     )
     r.add_argument("host")
     r.set_defaults(run=run_rollback)
@@ -64,7 +85,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"• {message}", flush=True)
 
     options = ApplyOptions(
-        dry_run=args.dry_run, jobs=args.jobs, allow_smoke_failures=args.allow_smoke_failures
+        dry_run=args.dry_run,
+        jobs=args.jobs,
+        allow_smoke_failures=args.allow_smoke_failures,
+        force=args.force,
+        discard_drift=args.discard_drift,
+        keep_staging=args.keep_staging,
     )
     try:
         result = apply(workspace, args.host, options, on_progress=on_progress, on_step=on_step)
@@ -75,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         print(envelope("apply", True, {"result": result_json(result)}))
     else:
         print(render_text(result))
-    return int(ExitCode.OK)
+    return int(result.exit_code)
 
 
 def result_json(result: ApplyResult) -> dict[str, Any]:
@@ -90,7 +116,31 @@ def result_json(result: ApplyResult) -> dict[str, Any]:
         "pushed_files": result.pushed_files,
         "pushed_bytes": result.pushed_bytes,
         "host_report": result.host_report,
+        "drift": _drift_json(result.drift) if result.drift else None,
+        "drift_refused": result.drift_refused,
+        "damaged_bytecode": [{"path": p, "why": why} for p, why in result.bytecode],
+        "smoke_failure": smoke_json(result.smoke_failure, result.smoke_failure.seconds)
+        if result.smoke_failure
+        else None,
+        "kept_staging": result.kept_staging,
     }
+
+
+def _drift_json(drift: VerifyResult) -> dict[str, Any]:
+    dists = [{"name": d.name, "state": d.state, "locked": d.locked, "live": d.live} for d in drift.dists]
+    files = [{"path": f.path, "owner": f.owner, "state": f.state, "flags": f.flags} for f in drift.files]
+    return {"dists": dists, "files": files}
+
+
+def render_drift(drift: VerifyResult) -> list[str]:
+    """Verify's findings, one line each (as ``envlock verify`` prints them)."""
+    lines = [f"{d.state:<8} {d.name:<20} locked {d.locked or '-'}, live {d.live or '-'}" for d in drift.dists]
+    for f in drift.files[:DRIFT_SHOWN]:
+        mark = f.flags if f.state == "changed" else f.state
+        lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
+    if len(drift.files) > DRIFT_SHOWN:
+        lines.append(f"… and {len(drift.files) - DRIFT_SHOWN} more (envlock verify lists them)")
+    return lines
 
 
 def render_text(result: ApplyResult) -> str:
@@ -103,10 +153,41 @@ def render_text(result: ApplyResult) -> str:
         lines += [table(["change", "package", "from", "to"], rows), ""]
     same = len(result.changes) - len(moved)
     lines.append(f"plan: {len(moved)} package(s) change, {same} rebuilt at the same version")
+    if result.bytecode:
+        lines.append(f"damaged bytecode in {result.venv} ({len(result.bytecode)} file(s)), rebuilt:")
+        lines += [f"  {path}: {why}" for path, why in result.bytecode[:DRIFT_SHOWN]]
+    if result.drift is not None:
+        lines.append(f"hand edits in {result.venv} since it matched its lock (verify's findings):")
+        lines += ["  " + line for line in render_drift(result.drift)]
+        if result.drift_refused:
+            lines.append(
+                f"refusing to discard them: nothing was changed; `envlock apply {result.host} "
+                "--discard-drift` replaces the venv (the edits stay in the rollback copy)"
+            )
+            return "\n".join(lines)
+        lines.append("--discard-drift: a swap keeps them in the rollback copy")
     if result.dry_run:
         lines.append("dry run: nothing was changed")
         return "\n".join(lines)
+    if result.smoke_failure is not None:
+        lines += [
+            "",
+            smoke_text(result.smoke_failure, result.smoke_failure.seconds),
+            "",
+            f"{result.venv} on {result.host}: not swapped in, imports failed in the staged venv; "
+            "the live venv is untouched",
+        ]
+        if result.kept_staging:
+            lines.append(f"the staged venv is kept at {result.kept_staging} until the next apply")
+        return "\n".join(lines)
     report = result.host_report
+    if report.get("finished"):
+        lines += [
+            f"note: {report['recovered']}",
+            f"{result.venv} on {result.host}: the interrupted apply of this lock had swapped it in; "
+            f"previous venv kept at {report['previous']}",
+        ]
+        return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
         f"pushed {result.pushed_files} file(s), {human_size(result.pushed_bytes)}",
@@ -129,5 +210,7 @@ def run_rollback(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(envelope("rollback", True, {"result": report}))
     else:
+        if report.get("recovered"):
+            print(f"note: {report['recovered']}")
         print(f"{args.host}: {report['venv']} restored from {report['restored_from']}")
     return int(ExitCode.OK)

@@ -75,6 +75,7 @@ def result_json(result: VerifyResult, shown: str, elapsed: float) -> dict[str, A
             {"name": d.name, "state": d.state, "locked": d.locked, "live": d.live} for d in result.dists
         ],
         "files": [_file_json(f) for f in result.files],
+        "damaged_bytecode": [{"path": p, "why": why} for p, why in result.bytecode],
         "seconds": round(elapsed, 3),
         "stats": dict(result.stats),
         "warnings": list(result.warnings),
@@ -112,13 +113,17 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
         lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
     if folded:
         lines.append(f"… and {folded} more file(s) of drifted distributions (--all lists them)")
+    for path, why in result.bytecode:
+        lines.append(f"{'damaged':<8} {'(bytecode)':<20} {path}: {why}")
     counts = {
         state: sum(1 for f in result.files if f.state == state) for state in ("changed", "missing", "extra")
     }
     lines += [
         "",
         f"{result.host}: drift from {shown}: {counts['changed']} changed, {counts['missing']} missing, "
-        f"{counts['extra']} extra file(s); {len(result.dists)} distribution(s) {timing}",
+        f"{counts['extra']} extra file(s); {len(result.dists)} distribution(s)"
+        + (f"; {len(result.bytecode)} damaged .pyc" if result.bytecode else "")
+        + f" {timing}",
         f"flags: {' '.join(FLAGS)} = size, sha256, kind (f/x/l), symlink target",
     ]
     lines += [f"warning: {w}" for w in result.warnings]

@@ -1,0 +1,92 @@
+"""The no-op check: is the venv exactly what the last apply of a lock left?
+
+After a swap the agent writes ``<venv>.envlock/applied.json``: the lock
+digest and the stat key (size, mtime, inode, ctime) of every file. A later
+apply of the same lock walks the venv and compares stat keys, no hashing.
+Bytecode is not in the stamp (the interpreter writes it on first use, which
+must not turn a no-op into a rebuild), but a damaged ``.pyc`` for the host's
+interpreter makes the venv not match (see ``envlock.agent.bytecode``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from envlock.agent.bytecode import damaged_bytecode
+from envlock.agent.journal import StateDir, write_atomic
+from envlock.agent.snapshot import walk
+from envlock.agent.venvguard import managed, path_refusal, replace_refusal
+
+
+def _stat_keys(venv: str) -> Dict[str, List[int]]:
+    files, _ = walk(venv)
+    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
+
+
+def write_stamp(state: StateDir, digest: str) -> None:
+    _, links = walk(state.venv)
+    write_atomic(state.stamp, {"digest": digest, "files": _stat_keys(state.venv), "links": links})
+
+
+def forget_stamp(state: StateDir) -> None:
+    if os.path.lexists(state.stamp):
+        os.unlink(state.stamp)
+
+
+def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:
+    try:
+        with open(state.stamp) as stream:
+            stamp: Dict[str, Any] = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    return stamp
+
+
+def stamp_matches(state: StateDir, digest: str, stamp: Optional[Dict[str, Any]]) -> bool:
+    if stamp is None or stamp.get("digest") != digest or not os.path.isdir(state.venv):
+        return False
+    _, links = walk(state.venv)
+    return bool(_stat_keys(state.venv) == stamp.get("files") and links == stamp.get("links"))
+
+
+def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
+    """What the controller needs before an apply: may it replace ``venv``, is it a no-op?
+
+    ``refused`` says why apply must not touch the path (nothing else is
+    looked at then); ``matches`` is the no-op answer; ``dists`` (for the
+    plan) is read only when it is not; ``stamp_digest`` is the digest of the
+    lock last applied here; ``bytecode`` lists damaged ``.pyc`` files.
+    """
+    refused = path_refusal(venv)
+    if refused is not None:
+        return {"refused": refused, "exists": os.path.lexists(venv), "matches": False, "dists": None}
+    state = StateDir(venv)
+    stamp = read_stamp(state)
+    result: Dict[str, Any] = {
+        "refused": replace_refusal(venv, state.root, force),
+        "exists": os.path.isdir(venv),
+        "managed": managed(state.root),
+        # A venv from another tool: replaceable with --force, or when it is the lock's own.
+        "foreign": os.path.isfile(os.path.join(venv, "pyvenv.cfg")) and not managed(state.root),
+        "stamp_digest": stamp.get("digest") if stamp else None,
+        "matches": False,
+        "dists": None,
+        "bytecode": [],
+    }
+    if result["refused"] is not None and not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        return result
+    if result["exists"]:
+        result["bytecode"] = [list(row) for row in damaged_bytecode(venv)]
+        # An unfinished apply is never a no-op: the next apply finishes it.
+        unfinished = os.path.lexists(state.journal)
+        result["matches"] = stamp_matches(state, digest, stamp) and not result["bytecode"] and not unfinished
+    if result["exists"] and not result["matches"]:
+        try:
+            from envlock.agent.snapshot import describe_venv
+
+            result["dists"] = sorted([d["name"], d["version"]] for d in describe_venv(venv)["dists"])
+        except Exception:  # a broken venv is exactly what apply is for
+            result["dists"] = None
+    return result

@@ -1,0 +1,83 @@
+"""apply and the live venv's own state: hand edits (drift) and bytecode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import Reference, write_profile
+from helpers import run_envlock, walk_payload
+
+
+def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
+    root = tmp_path / "fleet"
+    target = tmp_path / "target-venv"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    write_profile(root, "ct200", target, reference.index.url)
+    proc = run_envlock(root, "capture", "ct129")
+    assert proc.returncode == 0, proc.stderr
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 0, proc.stderr
+    return root, target
+
+
+def _site(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def test_hand_edits_are_shown_and_kept_unless_discarded(tmp_path: Path, reference: Reference) -> None:
+    root, target = _fleet(tmp_path, reference)
+    six = _site(target) / "six.py"
+    edited = six.read_text() + "PATCHED = True\n"
+    six.write_text(edited)
+    (_site(target) / "alpha" / "extra.py").write_text("x = 1\n")
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 1, proc.stderr
+    assert "hand edits in" in proc.stdout and "refusing to discard them" in proc.stdout, proc.stdout
+    assert "S5..     six" in proc.stdout and "site-packages/six.py" in proc.stdout, proc.stdout
+    assert "extra" in proc.stdout and "site-packages/alpha/extra.py" in proc.stdout, proc.stdout
+    assert six.read_text() == edited and not Path(f"{target}.envlock/previous").exists()
+    dry = run_envlock(root, "apply", "ct200", "--dry-run", "--format", "json")
+    assert dry.returncode == 0, dry.stderr
+    drift = json.loads(dry.stdout)["result"]["drift"]
+    assert {f["path"] for f in drift["files"]} == {"site-packages/six.py", "site-packages/alpha/extra.py"}
+    proc = run_envlock(root, "apply", "ct200", "--discard-drift")
+    assert proc.returncode == 0, proc.stderr
+    assert walk_payload(target) == walk_payload(reference.venv)
+    previous = Path(f"{target}.envlock/previous")
+    assert (_site(previous) / "six.py").read_text() == edited  # the rollback copy keeps the edits
+    assert (_site(previous) / "alpha" / "extra.py").is_file()
+
+
+def test_staged_smoke_writes_no_bytecode_into_the_new_venv(tmp_path: Path, reference: Reference) -> None:
+    _, target = _fleet(tmp_path, reference)
+    assert not list(target.rglob("*.pyc")), list(target.rglob("*.pyc"))[:3]
+
+
+def test_a_truncated_pyc_is_reported_and_makes_apply_rebuild(tmp_path: Path, reference: Reference) -> None:
+    root, target = _fleet(tmp_path, reference)
+    python = str(target / "bin" / "python")
+    use = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([python, "-c", "import six, alpha"], check=True, env=use)  # ordinary use writes bytecode
+    again = run_envlock(root, "apply", "ct200", "--format", "json")
+    assert json.loads(again.stdout)["result"]["noop"] is True, again.stdout  # valid bytecode is no change
+    pyc = next((_site(target) / "__pycache__").glob("six.*.pyc"))
+    pyc.write_bytes(pyc.read_bytes()[:200])  # what a full disk leaves
+    broken = subprocess.run([python, "-c", "import six"], capture_output=True, text=True)
+    assert broken.returncode != 0 and "marshal" in broken.stderr, broken.stderr
+    proc = run_envlock(root, "verify", "ct200")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    shown = str(pyc.relative_to(target))
+    assert f"damaged  (bytecode)           {shown}: truncated or corrupt code" in proc.stdout, proc.stdout
+    proc = run_envlock(root, "apply", "ct200")
+    assert proc.returncode == 0, proc.stderr
+    assert "damaged bytecode" in proc.stdout and shown in proc.stdout, proc.stdout
+    assert "swapped in" in proc.stdout
+    fixed = subprocess.run([python, "-c", "import six"], capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr
+    assert run_envlock(root, "verify", "ct200").returncode == 0
