@@ -24,7 +24,7 @@ from typing import Literal
 from envlock.capture.live import LiveVenv, snapshot_live
 from envlock.errors import LockError
 from envlock.lock.io import read_lock
-from envlock.lock.manifest import manifest_sha256, parse_manifest
+from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest_bytes
 from envlock.lock.model import FileEntry, Lock
 from envlock.transport import ProgressCallback
 from envlock.workspace import Workspace
@@ -79,10 +79,7 @@ def read_locked(workspace: Workspace, host: str) -> tuple[Lock, bytes]:
     lock = read_lock(lock_path, shown=shown)
     manifest_path = workspace.manifest_path(host)
     shown_manifest = str(manifest_path.relative_to(workspace.root))
-    try:
-        data = manifest_path.read_bytes()
-    except OSError as exc:
-        raise LockError(f"{shown_manifest}: cannot read manifest: {exc.strerror}") from exc
+    data = read_manifest_bytes(manifest_path, shown_manifest)
     if manifest_sha256(data) != lock.manifest_sha256:
         raise LockError(
             f"{shown_manifest}: sha256 does not match {shown}'s tool.envlock.manifest.sha256 "
