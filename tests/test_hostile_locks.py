@@ -218,3 +218,51 @@ def test_oversized_lock_is_refused_unread(tmp_path: Path, captured: Path) -> Non
     for argv in (["apply", "ct200"], ["verify", "ct200"], ["diff", "ct129", "ct200"]):
         _assert_refused(run_envlock(root, *argv), "pylock.ct200.toml", "over 64 MiB")
     assert not target.exists()
+
+
+# ---------------------------------------------------------------- digest coverage
+
+DIGEST_EDITS: list[tuple[str, Callable[[Doc], None], str]] = [
+    (
+        "script-bytes",
+        lambda doc: _package(doc, "alpha")["tool"]["envlock"]["scripts"].update({"bin/alpha": "e" * 64}),
+        "bin/ files differ: ~bin/alpha",
+    ),
+    ("script-added", _script_key("bin/sneaky"), "bin/ files differ: +bin/sneaky"),
+    (
+        "source-tree-archive",
+        _set("editpkg", ("tool", "envlock", "source-tree", "sha256"), "d" * 64),
+        "editable source tree differs",
+    ),
+    ("pyvenv-home", _set("", ("tool", "envlock", "pyvenv", "home"), "/somewhere/else/bin"), "pyvenv"),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "shown"), DIGEST_EDITS, ids=[c[0] for c in DIGEST_EDITS])
+def test_edit_outside_the_digest_is_noticed(
+    tmp_path: Path, captured: Path, case: str, edit: Callable[[Doc], None], shown: str
+) -> None:
+    """Scripts, source trees, pyvenv are in the digest: apply, verify refuse; review blocks; diff shows."""
+    root, target = _fleet(tmp_path, captured)
+    _edit_lock(root, edit)
+    for argv in (["apply", "ct200"], ["verify", "ct200"]):
+        _assert_refused(run_envlock(root, *argv), "pylock.ct200.toml", "tool.envlock.digest does not match")
+    assert not target.exists()
+    review = run_envlock(root, "review", "--base", "HEAD", "--no-index", "--format", "json")
+    assert review.returncode == 1, review.stderr
+    import json
+
+    findings = json.loads(review.stdout)["locks"][0]["findings"]
+    assert {"code": "digest-mismatch", "severity": "block"}.items() <= findings[0].items(), findings
+    diff = run_envlock(root, "diff", "ct129", "ct200")
+    assert diff.returncode == 1, diff.stderr  # differences found
+    assert shown in diff.stdout, diff.stdout
+
+
+def test_lock_with_old_digest_rules_is_refused(tmp_path: Path, captured: Path) -> None:
+    root, target = _fleet(tmp_path, captured)
+    _edit_lock(root, _set("", ("tool", "envlock", "digest-rules"), "envlock-payload-1"))
+    _assert_refused(
+        run_envlock(root, "apply", "ct200"), "pylock.ct200.toml", "digest-rules is 'envlock-payload-1'"
+    )
+    assert not target.exists()

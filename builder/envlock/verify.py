@@ -23,6 +23,7 @@ from typing import Literal
 
 from envlock.capture.live import LiveVenv, snapshot_live
 from envlock.errors import LockError
+from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest_bytes
 from envlock.lock.model import FileEntry, Lock
@@ -77,6 +78,7 @@ def read_locked(workspace: Workspace, host: str) -> tuple[Lock, bytes]:
     lock_path = workspace.lock_path(host)
     shown = str(lock_path.relative_to(workspace.root))
     lock = read_lock(lock_path, shown=shown)
+    check_lock_digest(lock, shown)
     manifest_path = workspace.manifest_path(host)
     shown_manifest = str(manifest_path.relative_to(workspace.root))
     data = read_manifest_bytes(manifest_path, shown_manifest)

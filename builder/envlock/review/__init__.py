@@ -15,6 +15,7 @@ from pathlib import Path
 
 from envlock.diff import diff_pair
 from envlock.errors import LockError
+from envlock.lock.digest import digest_problem
 from envlock.lock.manifest import manifest_sha256, parse_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.lockpair import LockPair, LockText, pair_from_locks, pair_from_texts, parse_whole
@@ -91,7 +92,22 @@ def review_texts(versions: LockVersions, yanked: YankedCheck | None, notes: list
         raise LockError(f"{path}: absent at both revisions")
     manifests = _manifests(versions, pair, notes) if status == "changed" else None
     diff = diff_pair(pair, versions.base_label, versions.head_label)
-    return review_diff(path, status, diff, manifests=manifests, yanked=yanked)
+    tampered = _head_digest_problem(versions, head_src, pair) if versions.head is not None else None
+    return review_diff(path, status, diff, manifests=manifests, yanked=yanked, tampered=tampered)
+
+
+def _head_digest_problem(versions: LockVersions, source: str, pair: LockPair) -> str | None:
+    """Whether the head lock's digest covers what it says.
+
+    The pair holds only the packages that differ, so the head is parsed
+    whole here: a digest is over every package, and every block then goes
+    through the same validation (path guard included) as ``read_lock``.
+    """
+    assert versions.head is not None
+    head = pair.b if len(pair.b.packages) == len(pair.names_b) else None
+    if head is None:
+        head = parse_whole(LockText(source, _decode(versions.head, source)))
+    return digest_problem(head)
 
 
 def _manifests(
