@@ -10,6 +10,7 @@ the locks unchanged.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tomllib
@@ -266,3 +267,17 @@ def test_lock_with_old_digest_rules_is_refused(tmp_path: Path, captured: Path) -
         run_envlock(root, "apply", "ct200"), "pylock.ct200.toml", "digest-rules is 'envlock-payload-1'"
     )
     assert not target.exists()
+
+
+def test_capture_refuses_a_file_name_that_is_not_utf8(tmp_path: Path, reference: Reference) -> None:
+    venv = tmp_path / "venv"
+    shutil.copytree(reference.venv, venv, symlinks=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    bad = os.fsencode(site) + b"/stray\xff.py"
+    with open(bad, "wb") as stream:
+        stream.write(b"X = 1\n")
+    root = tmp_path / "fleet"
+    write_profile(root, "odd", venv, reference.index.url)
+    proc = run_envlock(root, "capture", "odd")
+    _assert_refused(proc, "stray\\xff.py", "not UTF-8")
+    assert not (root / "locks").exists() or not list((root / "locks").iterdir())

@@ -348,6 +348,12 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
     )
 
 
+def _interpreter(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, Any]:
+    interpreter = r.get(tool, "interpreter", dict, w)
+    r.get(interpreter, "version", str, f"{w}interpreter.")  # every command reads it
+    return dict(interpreter)
+
+
 def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
     """Validate a parsed TOML document as PEP 751 and as an envlock lock."""
     r = _Reader(source)
@@ -374,7 +380,7 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         site=r.get(tool, "site", str, w),
         digest=r.get(tool, "digest", str, w),
         digest_rules=r.get(tool, "digest-rules", str, w),
-        interpreter=r.get(tool, "interpreter", dict, w),
+        interpreter=_interpreter(r, tool, w),
         platform=r.get(tool, "platform", dict, w),
         pyvenv=r.strmap(tool, "pyvenv", w),
         indexes=r.strings(tool, "indexes", w),
