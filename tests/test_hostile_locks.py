@@ -216,7 +216,12 @@ def test_oversized_lock_is_refused_unread(tmp_path: Path, captured: Path) -> Non
     lock = root / "locks" / "pylock.ct200.toml"
     with open(lock, "r+b") as stream:  # sparse: 65 MiB of apparent size, no disk
         stream.truncate(65 << 20)
-    for argv in (["apply", "ct200"], ["verify", "ct200"], ["diff", "ct129", "ct200"]):
+    for argv in (
+        ["apply", "ct200"],
+        ["verify", "ct200"],
+        ["diff", "ct129", "ct200"],
+        ["review", "--base", "HEAD", "--no-index"],
+    ):
         _assert_refused(run_envlock(root, *argv), "pylock.ct200.toml", "over 64 MiB")
     assert not target.exists()
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from envlock.diff import diff_pair
 from envlock.errors import LockError
 from envlock.lock.digest import digest_problem
-from envlock.lock.manifest import manifest_sha256, parse_manifest
+from envlock.lock.io import LOCK_LIMIT
+from envlock.lock.manifest import MANIFEST_LIMIT, manifest_sha256, parse_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.lockpair import LockPair, LockText, pair_from_locks, pair_from_texts, parse_whole
 from envlock.review.findings import review_diff
@@ -143,10 +144,10 @@ def review_git(
         versions.append(
             LockVersions(
                 path=path,
-                base=read_at(root, base_commit, path),
-                head=read_at(root, head_commit, path),
-                base_manifest=read_at(root, base_commit, manifest),
-                head_manifest=read_at(root, head_commit, manifest),
+                base=read_at(root, base_commit, path, LOCK_LIMIT),
+                head=read_at(root, head_commit, path, LOCK_LIMIT),
+                base_manifest=read_at(root, base_commit, manifest, MANIFEST_LIMIT),
+                head_manifest=read_at(root, head_commit, manifest, MANIFEST_LIMIT),
                 base_label=base,
                 head_label=head or "working tree",
             )
