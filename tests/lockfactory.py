@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from envlock.lock.digest import lock_digest
 from envlock.lock.io import render_lock
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import Artifact, FileEntry, Lock, NativeLib, Package
@@ -113,12 +114,12 @@ def make_lock(
     if cc:
         gpu = {"source": "profile", "cc": list(cc), "driver": "575.57.08"}
     packages = tuple(sorted(packages, key=lambda p: p.name))
-    return Lock(
+    lock = Lock(
         host=host,
         role="reference",
         venv="/opt/venv",
         site=f"lib/python{python.rsplit('.', 1)[0]}/site-packages",
-        digest="sha256:" + sha(host + "".join(p.tree_digest for p in packages)),
+        digest="",
         interpreter={
             "implementation": "cpython",
             "version": python,
@@ -142,6 +143,7 @@ def make_lock(
         manifest_files=len(manifest),
         gpu=gpu,
     )
+    return replace(lock, digest=lock_digest(lock))
 
 
 def rows_for(packages: Iterable[Package], changed: Mapping[str, str] | None = None) -> list[FileEntry]:

@@ -130,12 +130,11 @@ def test_tampered_lock_is_refused(tmp_path: Path, reference: Reference) -> None:
     # A careful forger also fixes the venv digest: the manifest still gives it away.
     import tomllib
 
-    from envlock.lock.digest import venv_digest
-    from envlock.lock.io import read_lock
+    from envlock.lock.digest import lock_digest
+    from envlock.lock.io import parse_lock, read_lock
 
     doc = tomllib.loads(forged)
-    packages = [(p["name"], p["version"], p["tool"]["envlock"]["tree-digest"]) for p in doc["packages"]]
-    fixed = venv_digest(doc["tool"]["envlock"]["interpreter"]["version"], packages)
+    fixed = lock_digest(parse_lock(doc, "forged"))
     lock.write_text(forged.replace(doc["tool"]["envlock"]["digest"], fixed))
     assert read_lock(lock).digest == fixed
     proc = run_envlock(root, "apply", "ct200")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,101 @@ def test_unknown_host_lists_known(tmp_path: Path) -> None:
         load_profile(ws, "ct200")
     with pytest.raises(ProfileError, match="not a host name"):
         load_profile(ws, "../etc")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-oProxyCommand=touch /tmp/x"],
+        ["-o", "ProxyCommand=touch /tmp/x"],
+        ["-o", "proxycommand touch /tmp/x"],
+        ["-o", "PROXYCOMMAND = touch /tmp/x"],
+        ["-oProxyCommand touch /tmp/x"],
+        ["-vo", "ProxyCommand=x"],
+        ["-v", "-oLocalCommand=x"],
+        ["-o", "PermitLocalCommand=yes"],
+        ["-o", "KnownHostsCommand=/bin/x"],
+        ["-o", "Match exec x"],
+        ["-o", '"ProxyCommand" x'],
+    ],
+)
+def test_ssh_options_that_run_commands_are_refused(tmp_path: Path, args: list[str]) -> None:
+    quoted = ", ".join(f"'{a}'" for a in args)
+    ws = _ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_args = [{quoted}]\n')
+    with pytest.raises(ProfileError, match=r"hosts/h\.toml: ssh_args\[\d\]: ssh option .* runs a command"):
+        load_profile(ws, "h")
+    (tmp_path / "hosts" / "h.toml").write_text(
+        f'venv = "/v"\nssh = "h"\nallow_ssh_commands = true\nssh_args = [{quoted}]\n'
+    )
+    assert load_profile(ws, "h").ssh_args == tuple(args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-J", "jump"],
+        ["-o", "ProxyJump=jump"],
+        ["-oPort=2222", "-i", "/keys/id", "-p", "22"],
+        ["-o", "StrictHostKeyChecking=no", "-v"],
+        ["-F", "none"],
+        ["-4", "-o", "User=x"],
+    ],
+)
+def test_ordinary_ssh_options_load(tmp_path: Path, args: list[str]) -> None:
+    quoted = ", ".join(f"'{a}'" for a in args)
+    ws = _ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_args = [{quoted}]\n')
+    assert load_profile(ws, "h").ssh_args == tuple(args)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["evilhost"], "ssh_args[0]: expected an ssh option"),
+        (["-o", "User=x", "--"], "ssh_args[2]: expected an ssh option"),
+        (["-Z"], "ssh_args[0]: unknown ssh option -Z"),
+    ],
+)
+def test_ssh_args_are_options_only(tmp_path: Path, args: list[str], needle: str) -> None:
+    quoted = ", ".join(f"'{a}'" for a in args)
+    ws = _ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_args = [{quoted}]\n')
+    with pytest.raises(ProfileError, match=re.escape(needle)):
+        load_profile(ws, "h")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "  ProxyCommand nc %h %p",
+        "LocalCommand id",
+        'Match exec "test -f /x"',
+        "Include ~/.ssh/other",
+        "Match host x !exec y",
+    ],
+)
+def test_ssh_config_named_by_F_is_checked(tmp_path: Path, line: str) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host h\n  HostName 127.0.0.1\n{line}\n")
+    ws = _ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_args = ["-F", "{config}"]\n')
+    with pytest.raises(ProfileError, match=r"ssh_args\[0\]: .*ssh_config:3: .* can run a command"):
+        load_profile(ws, "h")
+    config.write_text("Host h\n  HostName 127.0.0.1\n  Port 22\nMatch host h\n  User root\n")
+    assert load_profile(ws, "h").ssh_args == ("-F", str(config))
+
+
+def test_proxy_command_in_a_profile_never_runs(tmp_path: Path) -> None:
+    """Through the real CLI: the profile is refused before ssh could start the command."""
+    import subprocess
+
+    from helpers import run_envlock
+
+    marker = tmp_path / "pwned"
+    root = tmp_path / "fleet"
+    (root / "hosts").mkdir(parents=True)
+    (root / "hosts" / "h.toml").write_text(
+        f'venv = "/opt/v"\nssh = "h"\nssh_args = ["-oProxyCommand=touch {marker}", "-oBatchMode=yes"]\n'
+    )
+    proc = run_envlock(root, "capture", "h")
+    assert isinstance(proc, subprocess.CompletedProcess)
+    assert not marker.exists()  # ssh would have run it while connecting
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "hosts/h.toml: ssh_args[0]" in proc.stderr

@@ -28,7 +28,7 @@ from envlock.errors import EnvlockError, ExitCode, LockError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
-from envlock.lock.digest import tree_digest, venv_digest
+from envlock.lock.digest import check_lock_digest, tree_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
@@ -101,10 +101,8 @@ def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]
 
 
 def check_digest(lock: Lock, shown: str) -> None:
-    """The lock's venv digest must match its packages (cheap: no manifest needed)."""
-    packages = [(p.name, p.version, p.tree_digest) for p in lock.packages]
-    if venv_digest(str(lock.interpreter["version"]), packages) != lock.digest:
-        raise LockError(f"{shown}: tool.envlock.digest does not match its packages (edited by hand?)")
+    """The lock digest must cover what it says (packages, scripts, source trees, pyvenv); cheap."""
+    check_lock_digest(lock, shown)
 
 
 def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:

@@ -11,6 +11,7 @@ never shows. ``envlock review`` classifies the same result into findings.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -102,6 +103,8 @@ def _origin_key(pkg: Package) -> tuple[object, ...]:
         pkg.index,
         pkg.tree_digest,
         pkg.native,
+        sorted(pkg.scripts.items()),
+        sorted((pkg.source_tree or {}).items()),
     )
 
 
@@ -132,7 +135,24 @@ def artifact_change(before: Package, after: Package) -> str:
         return "installed files differ"
     if (before.index, b.url) != (after.index, a.url):
         return f"fetched from elsewhere: {before.index or b.url} -> {after.index or a.url}"
+    if before.scripts != after.scripts:
+        return "bin/ files differ: " + _scripts_change(before.scripts, after.scripts)
+    if before.source_tree != after.source_tree:
+        b_tree, a_tree = before.source_tree or {}, after.source_tree or {}
+        if b_tree.get("path") != a_tree.get("path"):
+            return f"editable source tree moved: {b_tree.get('path')} -> {a_tree.get('path')}"
+        return (
+            f"editable source tree differs: archive sha256 {str(b_tree.get('sha256'))[:12]} "
+            f"-> {str(a_tree.get('sha256'))[:12]}"
+        )
     return "native facts differ"
+
+
+def _scripts_change(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    parts = [f"+{rel}" for rel in sorted(after.keys() - before.keys())]
+    parts += [f"-{rel}" for rel in sorted(before.keys() - after.keys())]
+    parts += [f"~{rel}" for rel in sorted(before.keys() & after.keys()) if before[rel] != after[rel]]
+    return ", ".join(parts)
 
 
 def gpu_ccs(lock: Lock) -> tuple[str, ...]:
@@ -160,6 +180,10 @@ def platform_summary(lock: Lock) -> str:
     return " ".join(str(plat.get(k, "")) for k in ("machine", "libc", "libc-version")).strip()
 
 
+def _pyvenv(lock: Lock) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(lock.pyvenv.items()))
+
+
 def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
     facts = (
         ("python", str(a.interpreter.get("version", "")), str(b.interpreter.get("version", ""))),
@@ -168,6 +192,7 @@ def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
         ("gpu", gpu_summary(a), gpu_summary(b)),
         ("indexes", " ".join(a.indexes), " ".join(b.indexes)),
         ("find-links", " ".join(a.find_links), " ".join(b.find_links)),
+        ("pyvenv", _pyvenv(a), _pyvenv(b)),
     )
     return tuple(EnvChange(what, x, y) for what, x, y in facts if x != y)
 

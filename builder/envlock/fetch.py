@@ -102,8 +102,10 @@ def fetch_one(store: Store, lock_dir: Path, pkg: Package, verified: VerifiedCach
     if target.is_file():
         got = verified.sha256(target) if verified is not None else hash_file(target)
         if got != art.sha256:
+            moved = store.quarantine(target)
             raise ArtifactError(
-                f"{target}: sha256 {got}, the lock says {art.sha256} for {pkg.name}; refusing it"
+                f"{art.filename} in the store is corrupt (sha256 {got[:16]}…, the lock says "
+                f"{art.sha256[:16]}…; {pkg.name} needs it); moved to {moved}. {_refetch_hint(art)}"
             )
         return Fetched(pkg, target)
     if art.path is not None:
@@ -157,10 +159,28 @@ def fetch_all(
     return result
 
 
+_RECAPTURE = (
+    "capture the host it came from again (`envlock capture --no-cache HOST`; for a target lock, "
+    "`envlock lock HOST`)"
+)
+
+
+def _refetch_hint(art: Artifact) -> str:
+    if art.url is not None:
+        return f"Run the command again to fetch it afresh from {art.url}."
+    return f"To get it back, {_RECAPTURE}, or copy it from another store."
+
+
 def blob(store: Store, sha256: str, what: str) -> Path:
+    """A loose file (a bin/ script, a source archive) from the store, its bytes checked against its name."""
     path = store.blob_path(sha256)
     if not path.is_file():
-        raise ArtifactError(f"{what}: blob {sha256} is not in the store {store.root} (capture it again)")
-    if hash_file(path) != sha256:
-        raise ArtifactError(f"{path}: bytes do not match their name; refusing it")
+        raise ArtifactError(f"{what}: blob {sha256} is not in the store {store.root}; {_RECAPTURE}")
+    got = hash_file(path)
+    if got != sha256:
+        moved = store.quarantine(path)
+        raise ArtifactError(
+            f"{what}: store blob {sha256[:16]}… is corrupt (its bytes hash to {got[:16]}…); "
+            f"moved to {moved}. To get it back, {_RECAPTURE}."
+        )
     return path

@@ -63,6 +63,7 @@ class HostProfile:
     python: str | None = None  # base interpreter for building venvs (default: the lock's pyvenv home)
     ssh: str | None = None
     ssh_args: tuple[str, ...] = ()
+    allow_ssh_commands: bool = False
     reference: str | None = None
     gpu: GpuFacts | None = None
     index: IndexConfig | None = None
@@ -75,7 +76,16 @@ class HostProfile:
         return self.ssh is None
 
 
-_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "reference", "gpu", "index", "smoke", "target", "lock"}
+_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "allow_ssh_commands", "reference", "gpu", "index", "smoke",
+             "target", "lock"}  # fmt: skip
+# ssh_config keywords that make ssh run a command on the controller. A profile
+# is data that other people commit; these need `allow_ssh_commands = true`.
+SSH_COMMAND_KEYWORDS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match"}
+# OpenSSH's getopt string: letters that take an argument, and those that do not.
+_SSH_FLAGS_WITH_ARG = set("BbcDEeFIiJLlmOoPpQRSWw")
+_SSH_FLAGS = set("46AaCfGgKkMNnqsTtVvXxYy")
+_EXEC = re.compile(r"(^|\s)!?exec(\s|=|$)", re.IGNORECASE)
+_KEYWORD = re.compile(r'^\s*"?([A-Za-z]+)"?\s*(?:=|\s|$)')
 _TARGET_KEYS = {"python", "implementation", "glibc", "machine"}
 _LOCK_KEYS = {"pins", "overrides"}
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -148,6 +158,12 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
     if ssh is not None and (ssh.startswith("-") or any(c.isspace() for c in ssh)):
         check.add("ssh", f"must be [user@]host or an ssh_config alias, got {ssh!r}")
     ssh_args = check.strings(data, "ssh_args")
+    allow_commands = data.get("allow_ssh_commands", False)
+    if not isinstance(allow_commands, bool):
+        check.add("allow_ssh_commands", f"expected true or false, got {allow_commands!r}")
+        allow_commands = False
+    if not allow_commands:
+        _check_ssh_args(check, ssh_args)
     reference = check.string(data, "reference")
     if reference is not None and not HOST_NAME.match(reference):
         check.add("reference", f"not a host name: {reference!r}")
@@ -223,6 +239,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         python=python,
         ssh=ssh,
         ssh_args=ssh_args,
+        allow_ssh_commands=allow_commands,
         reference=reference,
         gpu=gpu,
         index=index,
@@ -230,6 +247,81 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         target=target,
         policy=policy,
     )
+
+
+def _check_ssh_args(check: _Collector, args: tuple[str, ...]) -> None:
+    """Refuse ssh options that run commands, in every spelling ssh accepts.
+
+    Parsed the way ssh's getopt does: ``-o X=y``, ``-oX=y``, ``-o "X y"``, and
+    clusters such as ``-vo X=y``; keywords are case-insensitive. ``-F FILE``
+    is allowed, but the file is read and refused when it holds such a
+    keyword or an ``Include`` (whose files could). Anything that is not an
+    option would become ssh's host or command, so it is refused too.
+    """
+    i = 0
+    while i < len(args):
+        arg, where = args[i], f"ssh_args[{i}]"
+        if not arg.startswith("-") or arg == "-" or arg == "--":
+            check.add(where, f"expected an ssh option, got {arg!r}")
+            i += 1
+            continue
+        j = 1
+        while j < len(arg):
+            flag = arg[j]
+            if flag in _SSH_FLAGS_WITH_ARG:
+                value = arg[j + 1 :]
+                if not value:
+                    i += 1
+                    value = args[i] if i < len(args) else ""
+                if flag == "o":
+                    _check_ssh_option(check, where, value)
+                elif flag == "F":
+                    _check_ssh_config(check, where, value)
+                break
+            if flag not in _SSH_FLAGS:
+                check.add(where, f"unknown ssh option -{flag}")
+                break
+            j += 1
+        i += 1
+
+
+def _ssh_keyword(text: str) -> str:
+    match = _KEYWORD.match(text)
+    return match.group(1).lower() if match else ""
+
+
+def _check_ssh_option(check: _Collector, where: str, value: str) -> None:
+    keyword = _ssh_keyword(value)
+    if keyword in SSH_COMMAND_KEYWORDS:
+        check.add(
+            where,
+            f"ssh option {value!r} runs a command on this machine; "
+            "set allow_ssh_commands = true in the profile if you mean it",
+        )
+
+
+def _check_ssh_config(check: _Collector, where: str, path: str) -> None:
+    """An ``-F`` file that exists must hold no command-running keyword (ssh itself reports a missing one)."""
+    if path == "none":
+        return
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        check.add(where, f"cannot read ssh config {path}: {exc.strerror}")
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        keyword = _ssh_keyword(line)
+        if keyword == "match" and not _EXEC.search(line):
+            continue  # Match host/user/...: only exec runs anything
+        if keyword in SSH_COMMAND_KEYWORDS or keyword == "include":
+            check.add(
+                where,
+                f"{path}:{lineno}: {line.strip()!r} can run a command on this machine; "
+                "set allow_ssh_commands = true in the profile if you mean it",
+            )
+            return
 
 
 def load_profile(workspace: Workspace, name: str) -> HostProfile:

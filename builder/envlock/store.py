@@ -4,12 +4,17 @@ Layout: ``wheels/<sha256>/<file name>`` (the file name is kept because
 installers read tags from it) and ``blobs/<sha256>`` for loose files such as
 entry-point scripts. Writes go to a temp name and are renamed only after
 the bytes hashed right, so a partial file never takes a final name.
+
+An object whose bytes no longer hash to its name (a disk error, a hand
+edit) is moved to ``quarantine/`` rather than deleted or reused: it is
+evidence, and the next fetch or capture writes a good copy in its place.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +46,14 @@ class Store:
         sha = hashlib.sha256(data).hexdigest()
         self._write(self.blob_path(sha), data)
         return sha
+
+    def quarantine(self, path: Path) -> Path:
+        """Move a corrupt object out of the way, into ``quarantine/``; return where it went."""
+        rel = path.relative_to(self.root).as_posix().replace("/", "_")
+        target = self.root / "quarantine" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{rel}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        return target
 
     def _write(self, path: Path, data: bytes) -> None:
         if path.is_file():

@@ -23,8 +23,9 @@ from typing import Literal
 
 from envlock.capture.live import LiveVenv, snapshot_live
 from envlock.errors import LockError
+from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
-from envlock.lock.manifest import manifest_sha256, parse_manifest
+from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest_bytes
 from envlock.lock.model import FileEntry, Lock
 from envlock.transport import ProgressCallback
 from envlock.workspace import Workspace
@@ -78,12 +79,10 @@ def read_locked(workspace: Workspace, host: str) -> tuple[Lock, bytes]:
     lock_path = workspace.lock_path(host)
     shown = str(lock_path.relative_to(workspace.root))
     lock = read_lock(lock_path, shown=shown)
+    check_lock_digest(lock, shown)
     manifest_path = workspace.manifest_path(host)
     shown_manifest = str(manifest_path.relative_to(workspace.root))
-    try:
-        data = manifest_path.read_bytes()
-    except OSError as exc:
-        raise LockError(f"{shown_manifest}: cannot read manifest: {exc.strerror}") from exc
+    data = read_manifest_bytes(manifest_path, shown_manifest)
     if manifest_sha256(data) != lock.manifest_sha256:
         raise LockError(
             f"{shown_manifest}: sha256 does not match {shown}'s tool.envlock.manifest.sha256 "

@@ -156,15 +156,28 @@ def _run(argv: List[str], step: str, timeout: int = 3600) -> None:
 
 
 def _cause(output: str, returncode: int) -> str:
-    """The line of a tool's error output that says why (uv nests causes)."""
+    """What failed and why, from a tool's error output.
+
+    uv nests its causes under the error, as ``Caused by:`` lines (older
+    releases) or lowercase ``cause:`` lines, deepest last: ``error: Failed to
+    install: x.whl`` / ``cause: Failed to copy ...`` / ``cause: ... No space
+    left on device (os error 28)``. The error says what, the deepest cause
+    why; both are kept. Without either, the last line; without output, how
+    the process ended (a signal, say).
+    """
+    from envlock.agent import describe_exit
+
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    causes = [line for line in lines if line.startswith("Caused by:")]
-    if causes:
-        return causes[-1][len("Caused by:") :].strip()
+    causes = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("Caused by:", "cause:"))]
     errors = [line for line in lines if line.lower().startswith("error")]
-    if errors:
-        return errors[-1]
-    return lines[-1] if lines else "exit status %d" % returncode
+    what = errors[-1].split(":", 1)[1].strip() if errors and ":" in errors[-1] else (errors or [""])[-1]
+    if causes:
+        return "%s: %s" % (what, causes[-1]) if what else causes[-1]
+    if what:
+        return what
+    if returncode < 0 or not lines:
+        return describe_exit(returncode)
+    return lines[-1]
 
 
 def check_space(venv: str, needed: int) -> None:

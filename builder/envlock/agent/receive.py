@@ -2,19 +2,31 @@
 
 Final names are ``DIR/<sha256>/<file name>`` and are created only by a
 rename after the bytes hashed right, so a final name always holds good bytes
-and ``have`` can trust existence. A transfer cut off midway leaves at most a
-``DIR/.incoming/*.part`` file, removed by the next ``receive``.
+and ``have`` can trust existence. Each transfer writes its partial files in
+its own ``DIR/.incoming/<host>-<pid>-<random>/`` and removes only that
+directory: two applies to different venvs on one host share the drop, and
+one must never delete the other's partial file. A transfer cut off midway
+(killed, so it could not clean up) leaves its directory behind; a later
+``receive`` removes it when its process is gone (same host name, no such
+pid) or, whatever it is, once it is a day old. The host name is in the
+name because a home directory on NFS is shared by hosts whose pids mean
+nothing to each other.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
+import shutil
+import socket
+import tempfile
+import time
 from typing import IO, Dict, List
 
 CHUNK = 1 << 20
+STALE_AFTER = 24 * 3600  # seconds; an incoming directory this old belongs to no live transfer
+_HEX = frozenset("0123456789abcdef")
 
 
 class ReceiveError(Exception):
@@ -22,7 +34,7 @@ class ReceiveError(Exception):
 
 
 def _final(directory: str, sha: str, name: str) -> str:
-    if "/" in name or name in ("", ".", "..") or len(sha) != 64:
+    if "/" in name or "\x00" in name or name in ("", ".", "..") or len(sha) != 64 or not _HEX.issuperset(sha):
         raise ReceiveError("refusing artifact name %r (sha256 %r)" % (name, sha))
     return os.path.join(directory, sha, name)
 
@@ -38,14 +50,55 @@ def have(directory: str, wanted: List[str]) -> List[str]:
     return present
 
 
+def _prefix() -> str:
+    return "%s-%d-" % (socket.gethostname().replace("-", "_"), os.getpid())
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the directory's transfer ran on this host in a process that no longer exists."""
+    host, _, rest = name.partition("-")
+    pid = rest.partition("-")[0]
+    if host != socket.gethostname().replace("-", "_") or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, another user's
+    return False
+
+
+def _remove_stale(incoming: str, now: float) -> None:
+    """Remove what killed transfers left behind: their process is gone, or it is a day old."""
+    for entry in os.scandir(incoming):
+        try:
+            old = now - entry.stat(follow_symlinks=False).st_mtime >= STALE_AFTER
+            if not old and not (entry.is_dir(follow_symlinks=False) and _owner_gone(entry.name)):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)  # a *.part of an older envlock
+        except OSError:
+            pass  # another receive got there first
+
+
 def receive(directory: str, stream: IO[bytes]) -> List[Dict[str, object]]:
     """Read ``{"sha256","name","size"}\\n`` + bytes frames until EOF."""
     directory = os.path.expanduser(directory)
     incoming = os.path.join(directory, ".incoming")
     os.makedirs(incoming, exist_ok=True)
-    for stale in glob.glob(os.path.join(incoming, "*.part")):
-        os.unlink(stale)  # left by a transfer that was cut off
-    received = []
+    _remove_stale(incoming, time.time())
+    own = tempfile.mkdtemp(prefix=_prefix(), dir=incoming)
+    try:
+        return _receive_into(directory, own, stream)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _receive_into(directory: str, own: str, stream: IO[bytes]) -> List[Dict[str, object]]:
+    received = []  # type: List[Dict[str, object]]
     while True:
         line = stream.readline()
         if not line:
@@ -53,14 +106,13 @@ def receive(directory: str, stream: IO[bytes]) -> List[Dict[str, object]]:
         header = json.loads(line)
         sha, name, size = header["sha256"], header["name"], int(header["size"])
         final = _final(directory, sha, name)
-        part = os.path.join(incoming, "%s.%d.part" % (sha, os.getpid()))
+        part = os.path.join(own, sha + ".part")
         digest = hashlib.sha256()
         left = size
         with open(part, "wb") as out:
             while left:
                 chunk = stream.read(min(CHUNK, left))
                 if not chunk:
-                    os.unlink(part)
                     raise ReceiveError("%s: stream ended after %d of %d bytes" % (name, size - left, size))
                 digest.update(chunk)
                 out.write(chunk)
@@ -68,7 +120,6 @@ def receive(directory: str, stream: IO[bytes]) -> List[Dict[str, object]]:
             out.flush()
             os.fsync(out.fileno())
         if digest.hexdigest() != sha:
-            os.unlink(part)
             raise ReceiveError("%s: sha256 %s on arrival, expected %s" % (name, digest.hexdigest(), sha))
         os.makedirs(os.path.dirname(final), exist_ok=True)
         os.replace(part, final)

@@ -45,6 +45,25 @@ def find_site_packages(venv: str, version: Tuple[int, int]) -> str:
     raise SnapshotError("%s: no lib/python%d.%d/site-packages (not a venv?)" % ((venv, *version)))
 
 
+def _check_utf8(path: str, name: str) -> None:
+    """Refuse a file name (or link target) that is not UTF-8.
+
+    Python hands such names over with surrogate escapes. The lock, the
+    manifest and every wheel's RECORD are UTF-8 text, so no wheel installs
+    such a file and no lock can record it; capturing it would need a second
+    encoding in every format for a file nobody can rebuild. So the capture
+    stops and names the file (its bad bytes shown as ``\\xNN``).
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise SnapshotError(
+            "%s: file name (or link target) is not UTF-8; a lock cannot record it: rename or remove it"
+            % shown
+        ) from None
+
+
 def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
     """Regular files (with their stat) and symlinks (with their target)."""
     files: List[Tuple[str, os.stat_result]] = []
@@ -57,9 +76,14 @@ def walk(venv: str) -> Tuple[List[Tuple[str, os.stat_result]], Dict[str, str]]:
         except OSError as exc:
             raise SnapshotError(f"{os.path.join(venv, rel_dir)}: cannot list: {exc.strerror}") from exc
         for entry in entries:
+            if not entry.name.isascii():
+                _check_utf8(entry.path, entry.name)
             rel = rel_dir + "/" + entry.name if rel_dir else entry.name
             if entry.is_symlink():
-                links[rel] = os.readlink(entry.path)
+                target = os.readlink(entry.path)
+                if not target.isascii():
+                    _check_utf8(entry.path, target)
+                links[rel] = target
             elif entry.is_dir(follow_symlinks=False):
                 if entry.name not in SKIP_DIRS:
                     stack.append(rel)

@@ -21,7 +21,7 @@ from envlock.capture.origins import Origin, index_config
 from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile
-from envlock.lock.digest import tree_digest, venv_digest
+from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.io import render_lock, write_lock
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import FileEntry, Lock, Package
@@ -120,7 +120,7 @@ def build_lock(
         role="reference",
         venv=snapshot["venv"],
         site=snapshot["site"],
-        digest=venv_digest(interpreter["version"], [(p.name, p.version, p.tree_digest) for p in packages]),
+        digest="",  # lock_digest below, once every field is set
         interpreter={
             "implementation": interpreter["implementation"],
             "version": interpreter["version"],
@@ -148,7 +148,12 @@ def build_lock(
     )
     extra_rows = scaffold_rows(snapshot, owners)
     manifest = render_manifest(manifest_rows + extra_rows)
-    lock = replace(lock, manifest_sha256=manifest_sha256(manifest), manifest_files=manifest.count(b"\n") - 1)
+    lock = replace(
+        lock,
+        digest=lock_digest(lock),
+        manifest_sha256=manifest_sha256(manifest),
+        manifest_files=manifest.count(b"\n") - 1,
+    )
     lock_path = workspace.lock_path(host)
     manifest_path = workspace.manifest_path(host)
     changed = not (

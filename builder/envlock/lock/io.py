@@ -16,10 +16,12 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import tomli_w
 from packaging.pylock import Pylock, PylockValidationError
 
+from envlock.agent.pathguard import PathError, check_absolute_dir, check_relative, check_script_key
 from envlock.errors import LockError
 from envlock.lock.model import (
     FORMAT_VERSION,
@@ -31,6 +33,10 @@ from envlock.lock.model import (
 )
 
 CREATED_BY = "envlock"
+# A 1,000-package lock is ~1.5 MB; anything near this is not a lock envlock
+# wrote, and reading it whole would cost several times its size in memory.
+LOCK_LIMIT = 64 << 20
+_HEX = frozenset("0123456789abcdef")
 
 
 # ---------------------------------------------------------------- writing
@@ -211,14 +217,36 @@ class _Reader:
             raise self.fail(f"{where}{key}", "expected a list of strings")
         return tuple(value)
 
+    def sha256(self, value: object, where: str) -> str:
+        """A sha256 hex digest: it names files and directories in stores, so nothing else passes."""
+        if not isinstance(value, str) or len(value) != 64 or not _HEX.issuperset(value):
+            raise self.fail(where, "missing or not a sha256 hex digest")
+        return value
+
+    def strmap(self, table: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+        value = self.get(table, key, dict, where)
+        for k, v in value.items():
+            if not isinstance(v, str):
+                raise self.fail(f"{where}{key}.{k}", f"expected str, got {type(v).__name__}")
+        return dict(value)
+
+    def checked(self, check: Any, value: object, where: str) -> str:
+        """A path through the path guard (``envlock.agent.pathguard``); its refusal names the field."""
+        try:
+            return str(check(value, where))
+        except PathError as exc:
+            raise LockError(f"{self.source}: {exc}") from exc
+
 
 def _artifact(r: _Reader, table: Mapping[str, Any], where: str) -> Artifact:
     hashes = r.get(table, "hashes", dict, where)
-    sha = hashes.get("sha256")
-    if not isinstance(sha, str) or len(sha) != 64:
-        raise r.fail(f"{where}hashes.sha256", "missing or not a sha256 hex digest")
+    sha = r.sha256(hashes.get("sha256"), f"{where}hashes.sha256")
+    filename = r.get(table, "name", str, where)
+    if "/" in filename:  # it names a file in the store and on the host: one component only
+        raise r.fail(f"{where}name", f"{filename!r}: a file name, not a path")
+    r.checked(check_relative, filename, f"{where}name")
     return Artifact(
-        filename=r.get(table, "name", str, where),
+        filename=filename,
         sha256=sha,
         size=r.get(table, "size", int, where, required=False),
         url=r.get(table, "url", str, where, required=False),
@@ -226,10 +254,15 @@ def _artifact(r: _Reader, table: Mapping[str, Any], where: str) -> Artifact:
     )
 
 
+def _loose(rel: object, what: str) -> str:
+    """A path envlock reads or reports but never writes from the lock (``check_relative`` non-strict)."""
+    return check_relative(rel, what, strict=False)
+
+
 def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
     return NativeLib(
-        path=r.get(table, "path", str, where),
-        sha256=r.get(table, "sha256", str, where),
+        path=r.checked(_loose, r.get(table, "path", str, where), f"{where}path"),
+        sha256=r.sha256(r.get(table, "sha256", str, where), f"{where}sha256"),
         soname=r.get(table, "soname", str, where, required=False),
         needed=r.strings(table, "needed", where),
         rpath=r.strings(table, "rpath", where),
@@ -239,6 +272,39 @@ def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
         cuda_images=r.get(table, "cuda-images", dict, where, required=False),
         error=r.get(table, "error", str, where, required=False),
     )
+
+
+def _scripts(r: _Reader, tool: Mapping[str, Any], tw: str) -> dict[str, str]:
+    """bin/ files apply writes byte for byte: keys are ``bin/<name>``, values blob sha256s."""
+    scripts = r.get(tool, "scripts", dict, tw, required=False) or {}
+    for rel, sha in scripts.items():
+        where = f"{tw}scripts.{rel!r}"
+        r.checked(check_script_key, rel, where)
+        r.sha256(sha, where)
+    return dict(scripts)
+
+
+def _source_tree(
+    r: _Reader, tool: Mapping[str, Any], direct_url: Mapping[str, Any] | None, tw: str
+) -> dict[str, Any] | None:
+    """An editable install's source tree: where apply unpacks it, and the archive's sha256.
+
+    The path must be the one the install's direct_url.json (and so its .pth)
+    points at: a tree anywhere else is never imported, so a lock that names
+    another path is not one envlock wrote. It must also be an absolute,
+    normalized path that is not a system directory or a home itself.
+    """
+    tree = r.get(tool, "source-tree", dict, tw, required=False)
+    if tree is None:
+        return None
+    where = f"{tw}source-tree."
+    path = r.checked(check_absolute_dir, r.get(tree, "path", str, where), f"{where}path")
+    r.sha256(r.get(tree, "sha256", str, where), f"{where}sha256")
+    r.get(tree, "size", int, where, required=False)
+    url = (direct_url or {}).get("url")
+    if not isinstance(url, str) or not url.startswith("file://") or unquote(urlparse(url).path) != path:
+        raise r.fail(f"{where}path", f"{path!r} is not the editable install's {tw}direct-url.url")
+    return dict(tree)
 
 
 def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
@@ -252,6 +318,7 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
     if source not in SOURCES:
         raise r.fail(f"{tw}source", f"expected one of {', '.join(SOURCES)}, got {source!r}")
     origin = tool.get("origin")
+    direct_url = r.get(tool, "direct-url", dict, tw, required=False)
     return Package(
         name=r.get(table, "name", str, where),
         version=r.get(table, "version", str, where),
@@ -272,14 +339,20 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
         missing=r.strings(tool, "missing", tw),
         reason=r.get(tool, "reason", str, tw, required=False),
         origin=_artifact(r, origin, f"{tw}origin.") if isinstance(origin, dict) else None,
-        direct_url=r.get(tool, "direct-url", dict, tw, required=False),
-        scripts=r.get(tool, "scripts", dict, tw, required=False) or {},
-        source_tree=r.get(tool, "source-tree", dict, tw, required=False),
+        direct_url=direct_url,
+        scripts=_scripts(r, tool, tw),
+        source_tree=_source_tree(r, tool, direct_url, tw),
         native=tuple(
             _native(r, lib, f"{tw}native[{j}].")
             for j, lib in enumerate(r.get(tool, "native", list, tw, required=False) or [])
         ),
     )
+
+
+def _interpreter(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, Any]:
+    interpreter = r.get(tool, "interpreter", dict, w)
+    r.get(interpreter, "version", str, f"{w}interpreter.")  # every command reads it
+    return dict(interpreter)
 
 
 def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
@@ -308,12 +381,12 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         site=r.get(tool, "site", str, w),
         digest=r.get(tool, "digest", str, w),
         digest_rules=r.get(tool, "digest-rules", str, w),
-        interpreter=r.get(tool, "interpreter", dict, w),
+        interpreter=_interpreter(r, tool, w),
         platform=r.get(tool, "platform", dict, w),
-        pyvenv=r.get(tool, "pyvenv", dict, w),
+        pyvenv=r.strmap(tool, "pyvenv", w),
         indexes=r.strings(tool, "indexes", w),
         find_links=r.strings(tool, "find-links", w),
-        manifest_sha256=r.get(manifest, "sha256", str, f"{w}manifest."),
+        manifest_sha256=r.sha256(r.get(manifest, "sha256", str, f"{w}manifest."), f"{w}manifest.sha256"),
         manifest_files=r.get(manifest, "files", int, f"{w}manifest."),
         gpu=r.get(tool, "gpu", dict, w, required=False),
         unowned=r.strings(tool, "unowned", w),
@@ -327,7 +400,13 @@ def read_lock_text(path: Path, shown: str | None = None) -> str:
     """A lock file's text; a missing, unreadable or non-UTF-8 file is a LockError naming it."""
     source = shown or str(path)
     try:
-        return path.read_bytes().decode("utf-8")
+        with open(path, "rb") as stream:
+            data = stream.read(LOCK_LIMIT + 1)
+        if len(data) > LOCK_LIMIT:
+            raise LockError(
+                f"{source}: over {LOCK_LIMIT >> 20} MiB; not a lock envlock wrote (refusing to read it)"
+            )
+        return data.decode("utf-8")
     except FileNotFoundError as exc:
         raise LockError(f"{source}: no such lock (run `envlock capture` or `envlock lock` first)") from exc
     except OSError as exc:

@@ -12,11 +12,15 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from envlock.agent.pathguard import PathError, check_relative
 from envlock.errors import LockError
 from envlock.lock.model import FileEntry
 
 HEADER = "# envlock file manifest v1: owner\tpath\tsha256\tsize\tkind\n"
 _KINDS = ("f", "x", "l")
+# A 5.6 GB torch venv has ~29,000 files and a 3 MB manifest; a manifest
+# this large is not one envlock wrote, and parsing it costs several times its size.
+MANIFEST_LIMIT = 1 << 30
 
 
 def _escape(text: str) -> str:
@@ -49,7 +53,11 @@ def manifest_sha256(data: bytes) -> str:
 
 
 def parse_manifest(data: bytes, source: str) -> list[FileEntry]:
-    text = data.decode("utf-8", errors="strict")
+    """Manifest rows; a row whose path could leave the venv is refused (``pathguard``)."""
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{source}: not UTF-8 text (byte {exc.start}); not a manifest envlock wrote") from exc
     entries: list[FileEntry] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line or line.startswith("#"):
@@ -60,15 +68,31 @@ def parse_manifest(data: bytes, source: str) -> list[FileEntry]:
         owner, path, sha, size, kind = parts
         if "\\" in line:  # escapes are rare; skip the slow path for the rest
             owner, path, sha = _unescape(owner), _unescape(path), _unescape(sha)
+        try:
+            check_relative(path, f"{source}:{lineno}", strict=False)
+        except PathError as exc:
+            raise LockError(str(exc)) from exc
         entries.append(FileEntry(owner=owner, path=path, sha256=sha, size=int(size), kind=kind))  # type: ignore[arg-type]
     return entries
 
 
-def read_manifest(path: Path, expected_sha256: str | None = None) -> list[FileEntry]:
+def read_manifest_bytes(path: Path, shown: str | None = None) -> bytes:
+    """A manifest's bytes, refused unread when over ``MANIFEST_LIMIT``."""
+    source = shown or str(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as stream:
+            data = stream.read(MANIFEST_LIMIT + 1)
     except OSError as exc:
-        raise LockError(f"{path}: cannot read manifest: {exc.strerror}") from exc
+        raise LockError(f"{source}: cannot read manifest: {exc.strerror}") from exc
+    if len(data) > MANIFEST_LIMIT:
+        raise LockError(
+            f"{source}: over {MANIFEST_LIMIT >> 30} GiB; not a manifest envlock wrote (refusing it)"
+        )
+    return data
+
+
+def read_manifest(path: Path, expected_sha256: str | None = None) -> list[FileEntry]:
+    data = read_manifest_bytes(path)
     if expected_sha256 is not None and manifest_sha256(data) != expected_sha256:
         raise LockError(f"{path}: sha256 does not match the lock's tool.envlock.manifest.sha256")
     return parse_manifest(data, str(path))

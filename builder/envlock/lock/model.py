@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FORMAT_VERSION = 1
-DIGEST_RULES = "envlock-payload-1"
+DIGEST_RULES = "envlock-payload-2"
 
 # index: a wheel on an index; direct: a wheel URL from direct_url.json;
 # repacked: built by envlock from a host's live files; store: a wheel someone

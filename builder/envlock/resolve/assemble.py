@@ -8,7 +8,7 @@ from pathlib import Path
 
 from envlock.agent.apply import relocate
 from envlock.fetch import blob
-from envlock.lock.digest import tree_digest, venv_digest
+from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import Artifact, FileEntry, Lock, Package
 from envlock.pyvenv import derive_target_pyvenv
@@ -160,7 +160,7 @@ def build_target_lock(
         reference=reference.host,
         venv=venv,
         site=f"lib/python{env.major_minor}/site-packages",
-        digest=venv_digest(env.python, [(p.name, p.version, p.tree_digest) for p in packages]),
+        digest="",  # lock_digest below, once every field is set
         interpreter={
             "implementation": env.implementation,
             "version": env.python,
@@ -182,7 +182,7 @@ def build_target_lock(
         manifest_files=len(rows),
         gpu=gpu if env.gpu_cc else None,
     )
-    return lock, manifest, deviations
+    return replace(lock, digest=lock_digest(lock)), manifest, deviations
 
 
 def _minor(version: str) -> str:

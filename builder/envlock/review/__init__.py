@@ -15,7 +15,9 @@ from pathlib import Path
 
 from envlock.diff import diff_pair
 from envlock.errors import LockError
-from envlock.lock.manifest import manifest_sha256, parse_manifest
+from envlock.lock.digest import digest_problem
+from envlock.lock.io import LOCK_LIMIT
+from envlock.lock.manifest import MANIFEST_LIMIT, manifest_sha256, parse_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.lockpair import LockPair, LockText, pair_from_locks, pair_from_texts, parse_whole
 from envlock.review.findings import review_diff
@@ -91,7 +93,22 @@ def review_texts(versions: LockVersions, yanked: YankedCheck | None, notes: list
         raise LockError(f"{path}: absent at both revisions")
     manifests = _manifests(versions, pair, notes) if status == "changed" else None
     diff = diff_pair(pair, versions.base_label, versions.head_label)
-    return review_diff(path, status, diff, manifests=manifests, yanked=yanked)
+    tampered = _head_digest_problem(versions, head_src, pair) if versions.head is not None else None
+    return review_diff(path, status, diff, manifests=manifests, yanked=yanked, tampered=tampered)
+
+
+def _head_digest_problem(versions: LockVersions, source: str, pair: LockPair) -> str | None:
+    """Whether the head lock's digest covers what it says.
+
+    The pair holds only the packages that differ, so the head is parsed
+    whole here: a digest is over every package, and every block then goes
+    through the same validation (path guard included) as ``read_lock``.
+    """
+    assert versions.head is not None
+    head = pair.b if len(pair.b.packages) == len(pair.names_b) else None
+    if head is None:
+        head = parse_whole(LockText(source, _decode(versions.head, source)))
+    return digest_problem(head)
 
 
 def _manifests(
@@ -127,10 +144,10 @@ def review_git(
         versions.append(
             LockVersions(
                 path=path,
-                base=read_at(root, base_commit, path),
-                head=read_at(root, head_commit, path),
-                base_manifest=read_at(root, base_commit, manifest),
-                head_manifest=read_at(root, head_commit, manifest),
+                base=read_at(root, base_commit, path, LOCK_LIMIT),
+                head=read_at(root, head_commit, path, LOCK_LIMIT),
+                base_manifest=read_at(root, base_commit, manifest, MANIFEST_LIMIT),
+                head_manifest=read_at(root, head_commit, manifest, MANIFEST_LIMIT),
                 base_label=base,
                 head_label=head or "working tree",
             )

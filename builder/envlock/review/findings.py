@@ -2,6 +2,7 @@
 
 | finding | code | severity |
 |---|---|---|
+| the lock's digest does not cover what it says (edited by hand) | digest-mismatch | block |
 | same version, same file name, other sha256 (index or direct wheel) | same-name-different-bytes | block |
 | no image left for a host compute capability | gpu-arch-lost | block |
 | a library that will not load (NEEDED nothing provides, glibc too new) | native-unloadable | block |
@@ -187,12 +188,18 @@ def review_diff(
     *,
     manifests: tuple[Sequence[FileEntry], Sequence[FileEntry]] | None = None,
     yanked: YankedCheck | None = None,
+    tampered: str | None = None,
 ) -> LockReview:
-    """Findings for one lock file: ``diff`` is base (a) -> head (b)."""
+    """Findings for one lock file: ``diff`` is base (a) -> head (b).
+
+    ``tampered``: why the head's digest does not match its contents, if it does not.
+    """
     head = diff.b if status != "removed" else diff.a
     ccs = gpu_ccs(head) or gpu_ccs(diff.a)
     by_package: dict[str, list[Finding]] = {}
     lock_findings: list[Finding] = []
+    if tampered is not None:
+        lock_findings.append(Finding("digest-mismatch", "block", tampered))
     changes = {c.name: c for c in diff.changes}
     for change in diff.changes:
         by_package[change.name] = package_findings(change, ccs, yanked)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from envlock.errors import EnvlockError
+from envlock.errors import EnvlockError, LockError
 
 LOCK_DIR = "locks"
 
@@ -64,16 +64,27 @@ def _is_lock(path: str) -> bool:
     return len(parts) == 2 and parts[0] == LOCK_DIR and parts[1].endswith(".toml")
 
 
-def read_at(root: Path, rev: str | None, path: str) -> bytes | None:
-    """The file's bytes at ``rev`` (None: the working tree); None when it does not exist there."""
+def read_at(root: Path, rev: str | None, path: str, limit: int) -> bytes | None:
+    """The file's bytes at ``rev`` (None: the working tree); None when it does not exist there.
+
+    A file over ``limit`` bytes is refused before it is read.
+    """
+    shown = f"{rev}:{path}" if rev is not None else path
+    too_big = LockError(f"{shown}: over {limit >> 20} MiB; not a file envlock wrote (refusing to read it)")
     if rev is None:
         try:
-            return (root / path).read_bytes()
+            with open(root / path, "rb") as stream:
+                data = stream.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise EnvlockError(f"{path}: cannot read: {exc.strerror}") from exc
+        if len(data) > limit:
+            raise too_big
+        return data
     spec = f"{rev}:./{path}"
     if _git(root, "cat-file", "-e", spec, check=False).returncode != 0:
         return None
+    if int(_git(root, "cat-file", "-s", spec).stdout) > limit:
+        raise too_big
     return _git(root, "cat-file", "blob", spec).stdout

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from envlock.agent import describe_exit
 from envlock.errors import AgentError, EnvlockError
 from envlock.hosts import HostProfile
 
@@ -155,7 +156,11 @@ def _run_agent_once(
         better = transport.diagnose(venv, proc.returncode, errors, python)
         if better is not None:
             raise better
-        tail = errors[-1] if errors else f"exit status {proc.returncode}"
+        status = describe_exit(proc.returncode)
+        if proc.returncode < 0:  # killed: its last words are not why
+            tail = status + (f"; last output: {errors[-1]}" if errors else "")
+        else:
+            tail = errors[-1] if errors else status
         raise AgentError(f"host {transport.host}: agent failed in {venv}: {tail}")
     return stdout
 
