@@ -101,7 +101,8 @@ def test_corrupted_artifact_is_refused_before_install(tmp_path: Path, reference:
     wheel.write_bytes(bytes(data))
     proc = run_envlock(root, "apply", "ct200")
     assert proc.returncode == 2
-    assert "refusing it" in proc.stderr and "localpkg" in proc.stderr
+    assert "is corrupt" in proc.stderr and "localpkg" in proc.stderr
+    assert "quarantine" in proc.stderr and not wheel.exists()  # moved aside, never reused
     assert not target.exists()
 
 

@@ -33,7 +33,9 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_disk_full_inside_uv_reaches_the_message(tmp_path: Path, tiny_fs: Path) -> None:
+def test_disk_full_inside_uv_reaches_the_message(
+    tmp_path: Path, tiny_fs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wheel = make_wheel(
         tmp_path / "wheels",
         "bigpkg",
@@ -42,6 +44,7 @@ def test_disk_full_inside_uv_reaches_the_message(tmp_path: Path, tiny_fs: Path) 
     )
     venv = tiny_fs / "venv"
     subprocess.run([UV, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    monkeypatch.setenv("COLUMNS", "60")  # uv wraps its message to this width
     with pytest.raises(ApplyError) as caught:
         _run(
             [UV, "pip", "install", "--python", str(venv / "bin" / "python"), "--offline", "--no-index",
@@ -60,6 +63,15 @@ def test_cause_lines_in_both_spellings() -> None:
     assert _cause(old, 2) == "Failed to build venv: Permission denied (os error 13)"
     assert _cause("", -9) == "killed by signal 9 (SIGKILL)"
     assert _cause("some output\n", 1) == "some output"
+    wrapped = (  # uv under COLUMNS=60
+        "error: Failed to install:\n       bigpkg-1.0-py3-none-any.whl\n"
+        "  cause: failed to copy file from\n         /a/data.bin\n         to\n"
+        "         /b/.tmpHKcIuF:\n         No space left on device (os error 28)\n"
+    )
+    assert _cause(wrapped, 2) == (
+        "Failed to install: bigpkg-1.0-py3-none-any.whl: "
+        "failed to copy file from /a/data.bin to /b/.tmpHKcIuF: No space left on device (os error 28)"
+    )
 
 
 def test_a_killed_agent_says_so(tmp_path: Path) -> None:

@@ -286,3 +286,19 @@ def test_capture_refuses_a_file_name_that_is_not_utf8(tmp_path: Path, reference:
     proc = run_envlock(root, "capture", "odd")
     _assert_refused(proc, "stray\\xff.py", "not UTF-8")
     assert not (root / "locks").exists() or not list((root / "locks").iterdir())
+
+
+def test_lock_refuses_a_hand_edited_reference(tmp_path: Path, captured: Path) -> None:
+    """`envlock lock` would give an edited reference's facts a fresh, valid digest: it refuses instead."""
+    root, _target = _fleet(tmp_path, captured)
+    path = root / "locks" / "pylock.ct129.toml"
+    doc = tomllib.loads(path.read_text())
+    _package(doc, "alpha")["tool"]["envlock"]["scripts"]["bin/alpha"] = "e" * 64
+    path.write_text(tomli_w.dumps(doc))
+    (root / "hosts" / "ct300.toml").write_text(
+        f'venv = "{tmp_path}/ct300"\nreference = "ct129"\n[target]\npython = "3.11.7"\n'
+    )
+    _assert_refused(
+        run_envlock(root, "lock", "ct300"), "pylock.ct129.toml", "tool.envlock.digest does not match"
+    )
+    assert not (root / "locks" / "pylock.ct300.toml").exists()

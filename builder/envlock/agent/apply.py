@@ -167,7 +167,19 @@ def _cause(output: str, returncode: int) -> str:
     """
     from envlock.agent import describe_exit
 
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    # uv wraps messages to the terminal width (COLUMNS): a continuation is
+    # indented and follows an error/cause line without a prefix of its own.
+    lines = []  # type: List[str]
+    heads = ("error", "cause:", "caused by:", "hint:", "warning:", "help:")
+    for raw in output.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        continues = raw[:1].isspace() and not line.lower().startswith(heads)
+        if continues and lines and lines[-1].lower().startswith(("error", "cause:", "caused by:")):
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
     causes = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("Caused by:", "cause:"))]
     errors = [line for line in lines if line.lower().startswith("error")]
     what = errors[-1].split(":", 1)[1].strip() if errors and ":" in errors[-1] else (errors or [""])[-1]

@@ -349,6 +349,15 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
     )
 
 
+def _pyvenv(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, str]:
+    """pyvenv.cfg facts; ``home`` names the directory whose python apply runs on the host."""
+    pyvenv = r.strmap(tool, "pyvenv", w)
+    home = pyvenv.get("home")
+    if home is not None and (not home.startswith("/") or not home.isprintable()):
+        raise r.fail(f"{w}pyvenv.home", f"{home!r}: expected an absolute directory path")
+    return pyvenv
+
+
 def _interpreter(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, Any]:
     interpreter = r.get(tool, "interpreter", dict, w)
     r.get(interpreter, "version", str, f"{w}interpreter.")  # every command reads it
@@ -383,7 +392,7 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         digest_rules=r.get(tool, "digest-rules", str, w),
         interpreter=_interpreter(r, tool, w),
         platform=r.get(tool, "platform", dict, w),
-        pyvenv=r.strmap(tool, "pyvenv", w),
+        pyvenv=_pyvenv(r, tool, w),
         indexes=r.strings(tool, "indexes", w),
         find_links=r.strings(tool, "find-links", w),
         manifest_sha256=r.sha256(r.get(manifest, "sha256", str, f"{w}manifest."), f"{w}manifest.sha256"),

@@ -16,6 +16,7 @@ from typing import Any
 
 from envlock.errors import ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
+from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock, render_lock, write_lock
 from envlock.lock.model import Lock
 from envlock.resolve.memo import LockMemo
@@ -67,6 +68,7 @@ def lock_host(
     from envlock.store import Store
 
     reference = reference_lock()
+    check_lock_digest(reference, str(ref_path.relative_to(workspace.root)))  # no laundering a hand edit
     ref_rows = read_manifest(workspace.manifest_path(profile.reference), reference.manifest_sha256)
     urls = profile.index.urls if profile.index else reference.indexes
     links = profile.index.find_links if profile.index else reference.find_links
