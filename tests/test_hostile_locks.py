@@ -302,3 +302,37 @@ def test_lock_refuses_a_hand_edited_reference(tmp_path: Path, captured: Path) ->
         run_envlock(root, "lock", "ct300"), "pylock.ct129.toml", "tool.envlock.digest does not match"
     )
     assert not (root / "locks" / "pylock.ct300.toml").exists()
+
+
+def test_host_refuses_a_bin_file_outside_the_venv_even_if_the_controller_did_not(tmp_path: Path) -> None:
+    """Defence in depth: a plan that reaches the agent with a hostile key writes nothing."""
+    from envlock.agent.apply import place_bin_files
+    from envlock.agent.pathguard import PathError
+
+    staging = tmp_path / "venv.envlock-staging"
+    (staging / "bin").mkdir(parents=True)
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"#!/bin/sh\necho owned\n")
+    victim = tmp_path / "victim.txt"
+    for key in ("bin/../../victim.txt", str(victim), "lib/evil"):
+        plan = {
+            "venv": str(tmp_path / "venv"),
+            "source_venv": "/ref",
+            "bin_files": {key: {"path": str(blob), "executable": True}},
+        }
+        with pytest.raises(PathError):
+            place_bin_files(plan, str(staging))
+    assert not victim.exists()
+    # A bin/ that is a symlink to elsewhere is not written through.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (staging / "bin").rmdir()
+    (staging / "bin").symlink_to(elsewhere)
+    plan = {
+        "venv": str(tmp_path / "venv"),
+        "source_venv": "/ref",
+        "bin_files": {"bin/tool": {"path": str(blob), "executable": True}},
+    }
+    with pytest.raises(PathError):
+        place_bin_files(plan, str(staging))
+    assert list(elsewhere.iterdir()) == []

@@ -35,6 +35,7 @@ from envlock.agent import journal
 from envlock.agent.hashing import StatCache
 from envlock.agent.journal import JournalError, StateDir, fault, ident
 from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.pathguard import check_script_key, safe_join
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory
 from envlock.agent.stamp import applied, read_stamp, stamp_matches
 from envlock.agent.swap import SwapError, recover, swap_in
@@ -253,7 +254,10 @@ def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
     for rel, spec in sorted(plan["bin_files"].items()):
         with open(os.path.expanduser(spec["path"]), "rb") as blob:
             data = relocate(blob.read(), plan["source_venv"], venv)
-        target = os.path.join(staging, rel)
+        # The lock's key is checked on the controller too; the host checks again
+        # (bin/<name>, no symlink on the way) before writing anything.
+        check_script_key(rel, "bin file %r" % rel)
+        target = safe_join(staging, rel, "bin file %r" % rel)
         tmp = target + ".envlock-tmp"
         with open(tmp, "wb") as out:
             out.write(data)
