@@ -15,6 +15,7 @@ import http.server
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -144,9 +145,13 @@ def test_tags_must_match_the_installed_wheel() -> None:
 def test_find_on_index_takes_only_the_wheel_that_was_installed(
     installed: dict[str, Any], tmp_path: Path
 ) -> None:
-    """Same bytes under another tag or version are not the installed wheel; the right one is found."""
-    wrong_tag = _variant(installed, "tag", PROV_FILES, tag="cp311-cp311-linux_x86_64")
-    wrong_version = make_wheel(installed["work"] / "v11", "prov", "1.1", PROV_FILES)
+    """The very same bytes under another tag or version are not the installed wheel."""
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    wrong_tag = renamed / "prov-1.0-cp311-cp311-linux_x86_64.whl"
+    wrong_version = renamed / "prov-1.1-py3-none-any.whl"
+    for path in (wrong_tag, wrong_version):
+        shutil.copy(installed["wheel"], path)
     url = build_simple_index(tmp_path / "bad", [wrong_tag, wrong_version])
     assert find_on_index(IndexClient((url,)), installed["dist"]) is None
     url = build_simple_index(tmp_path / "good", [wrong_tag, wrong_version, installed["wheel"]])
