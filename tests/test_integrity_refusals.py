@@ -37,7 +37,7 @@ from envlock.lock.digest import tree_digest, venv_digest
 from envlock.lock.io import render_lock
 from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest, render_manifest
 from envlock.lock.model import Artifact, FileEntry, Package
-from envlock.provenance import find_on_index, record_matches, tags_match
+from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches, tags_match
 from envlock.store import Store
 from envlock.transport.ssh import SshTransport, _quote
 from envlock.workspace import Workspace
@@ -57,6 +57,8 @@ PROV_FILES = {
     "prov/__init__.py": b"A = 1\n",
     "prov/data.txt": b"payload\n",
     "prov-1.0.data/purelib/prov_extra.py": b"E = 1\n",
+    "prov-1.0.data/purelib/provx/deep.py": b"D = 1\n",
+    "prov-1.0.data/platlib/provplat.py": b"P = 1\n",
     "prov-1.0.data/scripts/prov-tool": b"#!python\nprint('tool')\n",
 }
 
@@ -117,6 +119,37 @@ def test_record_refuses_other_bytes_in_a_relocated_purelib_file(installed: dict[
     assert not record_matches(_wheel_rows(other), installed["rows"], set())
 
 
+def test_record_refuses_other_bytes_in_nested_and_platlib_files(installed: dict[str, Any]) -> None:
+    for path in ("prov-1.0.data/purelib/provx/deep.py", "prov-1.0.data/platlib/provplat.py"):
+        other = _variant(installed, path.split("/")[1], {**PROV_FILES, path: b"X = 0\n"})
+        assert not record_matches(_wheel_rows(other), installed["rows"], set()), path
+
+
+def test_record_allows_only_installer_rows_beside_the_wheel(installed: dict[str, Any]) -> None:
+    wheel = _wheel_rows(installed["wheel"])
+    rows = installed["rows"]
+    pyc = [
+        ["prov/__pycache__/__init__.cpython-311.pyc", "", ""],
+        ["provx/__pycache__/deep.cpython-38.pyc", "", ""],
+    ]
+    bookkeeping = [["prov-1.0.dist-info/REQUESTED", "", ""], ["prov-1.0.dist-info/direct_url.json", "", ""]]
+    assert record_matches(wheel, [*rows, *pyc, *bookkeeping], set())
+    # A bookkeeping *name* outside a .dist-info, or deeper in one, is payload.
+    for extra in ("prov/RECORD", "prov/INSTALLER", "prov-1.0.dist-info/sub/RECORD", "prov/x.pyc.txt"):
+        assert not record_matches(wheel, [*rows, [extra, "sha256=x", "1"]], set()), extra
+
+
+def test_record_rows_without_a_hash_are_compared_by_presence(installed: dict[str, Any]) -> None:
+    """RECORD may list itself (no hash) anywhere, even first, with or without the empty columns."""
+    wheel = _wheel_rows(installed["wheel"])
+    own = [r for r in wheel if r[0].endswith("/RECORD")]
+    rest = [r for r in wheel if not r[0].endswith("/RECORD")]
+    assert record_matches([*own, *rest], installed["rows"], set())
+    assert record_matches([[own[0][0]], *rest], installed["rows"], set())
+    two_columns = [[p, "sha256=" + "A" * 43] if p.endswith("data.txt") else [p, d, n] for p, d, n in rest]
+    assert not record_matches([*own, *two_columns], installed["rows"], set())
+
+
 def test_record_refuses_when_the_venv_holds_a_file_the_wheel_lacks(installed: dict[str, Any]) -> None:
     fewer = {k: v for k, v in PROV_FILES.items() if k != "prov/data.txt"}
     assert not record_matches(_wheel_rows(_variant(installed, "fewer", fewer)), installed["rows"], set())
@@ -150,16 +183,65 @@ def test_find_on_index_takes_only_the_wheel_that_was_installed(
     renamed.mkdir()
     wrong_tag = renamed / "prov-1.0-cp311-cp311-linux_x86_64.whl"
     wrong_version = renamed / "prov-1.1-py3-none-any.whl"
-    for path in (wrong_tag, wrong_version):
+    older = renamed / "prov-0.9-py3-none-any.whl"  # listed before the right one
+    for path in (wrong_tag, wrong_version, older):
         shutil.copy(installed["wheel"], path)
-    url = build_simple_index(tmp_path / "bad", [wrong_tag, wrong_version])
+    url = build_simple_index(tmp_path / "bad", [wrong_tag, wrong_version, older])
     assert find_on_index(IndexClient((url,)), installed["dist"]) is None
-    url = build_simple_index(tmp_path / "good", [wrong_tag, wrong_version, installed["wheel"]])
+    url = build_simple_index(tmp_path / "good", [wrong_tag, wrong_version, older, installed["wheel"]])
     found = find_on_index(IndexClient((url,)), installed["dist"])
     assert found is not None and found.artifact.filename == "prov-1.0-py3-none-any.whl"
     served = tmp_path / "good" / "files" / found.artifact.filename
-    assert found.artifact.sha256 == _sha(served.read_bytes())
-    assert found.artifact.size == served.stat().st_size
+    assert found.artifact == Artifact(
+        filename=served.name,
+        sha256=_sha(served.read_bytes()),
+        size=served.stat().st_size,
+        url=served.as_uri(),
+    )
+    assert found.index == url
+
+
+def test_find_on_index_over_http_locks_the_served_url(
+    installed: dict[str, Any], served: tuple[Path, str]
+) -> None:
+    root, base = served
+    build_simple_index(root, [installed["wheel"]])
+    found = find_on_index(IndexClient((f"{base}/simple",)), installed["dist"])
+    name = installed["wheel"].name
+    assert found == Found(
+        Artifact(filename=name, sha256=_sha(installed["wheel"].read_bytes()), url=f"{base}/files/{name}"),
+        f"{base}/simple",
+    )
+
+
+def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp_path: Path) -> None:
+    path = tmp_path / "cache" / "provenance.json"
+    cache = ProvenanceCache(path)
+    dist = {"name": "prov", "version": "1.0", "record_sha256": "r1"}
+    key = cache.key(dist, ("https://a/simple",))
+    assert key == _sha(b"prov|1.0|r1|https://a/simple")
+    assert cache.get(key) is None
+    found = Found(
+        Artifact(filename="prov-1.0-py3-none-any.whl", sha256="a" * 64, size=7, url="u"), "https://a/simple"
+    )
+    cache.put(key, found)
+    cache.save()
+    reloaded = ProvenanceCache(path)
+    assert reloaded.get(key) == found and not reloaded.dirty
+    # Another installed RECORD, version or index list is another question.
+    for other in (
+        cache.key({**dist, "record_sha256": "r2"}, ("https://a/simple",)),
+        cache.key({**dist, "version": "1.1"}, ("https://a/simple",)),
+        cache.key(dist, ("https://b/simple",)),
+    ):
+        assert other != key and reloaded.get(other) is None
+    assert [p.name for p in path.parent.iterdir()] == ["provenance.json"]  # no temp file left
+    path.write_text("{not json")
+    assert ProvenanceCache(path).data == {}
+    ProvenanceCache(None).save()  # nowhere to save: a no-op
+    untouched = ProvenanceCache(tmp_path / "never.json")
+    untouched.save()
+    assert not (tmp_path / "never.json").exists()
 
 
 # ================================================================ fetch and store
