@@ -264,7 +264,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *args: None  # type: ignore[attr-defined, method-assign]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield root, f"http://127.0.0.1:{server.server_address[1]}"
@@ -321,8 +321,13 @@ def test_fetch_of_a_store_path_refuses_other_bytes(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "d-1.0-py3-none-any.whl").write_bytes(b"edited")
     package = _package("d-1.0-py3-none-any.whl", b"repacked", path="../elsewhere/d-1.0-py3-none-any.whl")
-    with pytest.raises(ArtifactError, match=r"sha256 \w+, the lock says \w+; refusing it$"):
+    with pytest.raises(ArtifactError) as caught:
         fetch_one(Store(tmp_path / "store"), locks, package)
+    source = tmp_path / "elsewhere" / "d-1.0-py3-none-any.whl"
+    assert str(caught.value) == (
+        f"d-1.0-py3-none-any.whl from {source}: sha256 {_sha(b'edited')}, "
+        f"the lock says {_sha(b'repacked')}; refusing it"
+    )
     gone = replace(package, wheel=replace(package.wheel, path="../elsewhere/missing.whl"))
     with pytest.raises(ArtifactError) as caught:
         fetch_one(Store(tmp_path / "store"), locks, gone)
@@ -333,6 +338,52 @@ def test_fetch_of_a_store_path_refuses_other_bytes(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError) as caught:
         fetch_one(Store(tmp_path / "store"), locks, nowhere)
     assert str(caught.value) == "prov: the lock gives neither url nor path for d-1.0-py3-none-any.whl"
+
+
+def test_fetch_returns_the_package_and_its_store_path_from_every_source(
+    tmp_path: Path, served: tuple[Path, str]
+) -> None:
+    """http, file://, a path beside the locks, and the store itself; progress in bytes."""
+    root, base = served
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    data = {name: name.encode() * 3 for name in ("h-1.0-py3-none-any.whl", "f-1.0-py3-none-any.whl")}
+    (root / "h-1.0-py3-none-any.whl").write_bytes(data["h-1.0-py3-none-any.whl"])
+    (tmp_path / "f-1.0-py3-none-any.whl").write_bytes(data["f-1.0-py3-none-any.whl"])
+    (tmp_path / "p-1.0-py3-none-any.whl").write_bytes(b"beside")
+    packages = (
+        _package(
+            "h-1.0-py3-none-any.whl", data["h-1.0-py3-none-any.whl"], url=f"{base}/h-1.0-py3-none-any.whl"
+        ),
+        _package(
+            "f-1.0-py3-none-any.whl",
+            data["f-1.0-py3-none-any.whl"],
+            url=(tmp_path / "f-1.0-py3-none-any.whl").as_uri(),
+        ),
+        replace(
+            _package("p-1.0-py3-none-any.whl", b"beside", path="../p-1.0-py3-none-any.whl"), version="2.0"
+        ),
+    )
+    sized = replace(packages[2], wheel=replace(packages[2].wheel, size=None))
+    store = Store(tmp_path / "store")
+    seen: list[tuple[int, int]] = []
+    for _round in range(2):  # the second round finds every file in the store
+        seen.clear()
+        fetched = fetch_all(
+            store, locks, (*packages[:2], sized), lambda done, total: seen.append((done, total))
+        )
+        assert [f.package for f in fetched] == [*packages[:2], sized]
+        assert [f.path for f in fetched] == [
+            store.wheel_path(p.wheel.sha256, p.wheel.filename) for p in packages
+        ]
+        assert [f.path.read_bytes() for f in fetched] == [*data.values(), b"beside"]
+        first, second = (len(d) for d in data.values())  # the third has no size in the lock
+        assert seen == [(first, first + second), (first + second, first + second), (first + second,) * 2]
+    for package in packages:
+        assert fetch_one(store, locks, package).package is package  # no verified cache: hashed again
+    assert store.has_wheel(packages[0].wheel.sha256, packages[0].wheel.filename)
+    assert not store.has_wheel(packages[0].wheel.sha256, packages[1].wheel.filename)
+    assert not store.has_wheel(packages[1].wheel.sha256, packages[0].wheel.filename)
 
 
 def _tamper_same_size_and_mtime(path: Path, data: bytes) -> None:
@@ -359,6 +410,8 @@ def test_a_tampered_store_file_is_refused_even_after_the_verified_cache_saw_it(t
     assert str(caught.value) == (
         f"{first.path}: sha256 {_sha(b'STORE WHEEL BYTES')}, the lock says {_sha(good)} for prov; refusing it"
     )
+    with pytest.raises(ArtifactError, match=r"for prov; refusing it$"):
+        fetch_one(store, tmp_path, package)  # no verified cache at all
 
 
 def test_verified_cache_answers_from_stat_only_while_the_stat_is_unchanged(tmp_path: Path) -> None:
@@ -374,6 +427,33 @@ def test_verified_cache_answers_from_stat_only_while_the_stat_is_unchanged(tmp_p
     assert reloaded.sha256(path) == _sha(b"one")
     _tamper_same_size_and_mtime(path, b"two")
     assert VerifiedCache(store).sha256(path) == _sha(b"two")
+
+
+def test_verified_cache_is_trusted_while_the_stat_key_holds(tmp_path: Path) -> None:
+    """The point of the cache: a warm apply does not hash gigabytes again. So a
+    cached answer is returned as is while size, mtime, inode and ctime hold."""
+    store = Store(tmp_path / "store")
+    store.root.mkdir()
+    path = tmp_path / "big.whl"
+    path.write_bytes(b"gigabytes")
+    cache = VerifiedCache(store)
+    cache.sha256(path)
+    cache.save()
+    entries = json.loads((store.root / ".verified.json").read_text())
+    entries[str(path)][4] = "cached answer"
+    (store.root / ".verified.json").write_text(json.dumps(entries))
+    assert VerifiedCache(store).sha256(path) == "cached answer"
+    os.chmod(path, 0o600)  # ctime moves: the answer is computed again
+    assert VerifiedCache(store).sha256(path) == _sha(b"gigabytes")
+
+
+def test_verified_cache_writes_only_what_it_learned(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.root.mkdir()
+    VerifiedCache(store).save()
+    assert not (store.root / ".verified.json").exists()
+    (store.root / ".verified.json").write_text("{torn")
+    assert VerifiedCache(store).entries == {}
 
 
 def test_store_blobs_are_checked_against_their_name(tmp_path: Path) -> None:
@@ -403,6 +483,9 @@ def test_store_put_wheel_refuses_bytes_other_than_expected(tmp_path: Path) -> No
         f"w-1.0-py3-none-any.whl: sha256 {_sha(b'other')} does not match expected {_sha(b'wheel')}"
     )
     assert _store_files(store) == [f"wheels/{sha}/w-1.0-py3-none-any.whl"]
+    # The same bytes under a second name share the sha256 directory.
+    second, _ = store.put_wheel(b"wheel", "w-1.0-py2.py3-none-any.whl")
+    assert second.parent == path.parent and second.read_bytes() == b"wheel"
 
 
 # ================================================================ staged venv and no-op stamp
@@ -520,7 +603,7 @@ def test_tree_and_venv_digests_follow_the_written_rules() -> None:
 
 def _workspace(tmp_path: Path) -> tuple[Workspace, Path, Path]:
     """A lock and manifest exactly as envlock writes them: every digest consistent."""
-    packages = [pkg("numpy", "2.2.6"), pkg("six", "1.17.0", files=2)]
+    packages = [pkg("numpy", "2.2.6"), pkg("six", "1.17.0", files=2), pkg("empty", "1.0", files=0)]
     rows = rows_for(packages)
     packages = [replace(p, tree_digest=tree_digest(r for r in rows if r.owner == p.name)) for p in packages]
     lock = make_lock("ct200", packages)
@@ -534,7 +617,14 @@ def _workspace(tmp_path: Path) -> tuple[Workspace, Path, Path]:
 def test_an_untouched_lock_and_manifest_pass(tmp_path: Path) -> None:
     workspace, _lock, _manifest = _workspace(tmp_path)
     lock, rows = checked_lock(workspace, "ct200")
-    assert len(rows) == 5 and [p.name for p in lock.packages] == ["numpy", "six"]
+    assert len(rows) == 5 and [p.name for p in lock.packages] == ["empty", "numpy", "six"]
+
+
+def test_an_unreadable_lock_is_named_as_the_workspace_shows_it(tmp_path: Path) -> None:
+    workspace, path, _manifest = _workspace(tmp_path)
+    path.write_text("lock-version = ")
+    with pytest.raises(LockError, match=r"^locks/pylock\.ct200\.toml: not valid TOML"):
+        checked_lock(workspace, "ct200")
 
 
 def test_a_lock_whose_digest_was_edited_is_refused(tmp_path: Path) -> None:
@@ -605,8 +695,27 @@ def test_manifest_rows_that_are_not_rows_are_named(tmp_path: Path) -> None:
 
 
 def test_manifest_escapes_round_trip() -> None:
-    odd = FileEntry(owner="we\tird", path="site-packages/a\\b\tc\nd", sha256="e" * 64, size=3, kind="l")
-    assert parse_manifest(render_manifest([odd]), "m") == [odd]
+    odd = [
+        FileEntry(owner="we\tird", path="site-packages/a\\b\tc\nd", sha256="e" * 64, size=3, kind="l"),
+        FileEntry(owner="tab\t", path="site-packages/nl\n", sha256="back\\", size=0, kind="x"),
+        FileEntry(owner="p", path="site-packages/with space.py", sha256="e" * 64, size=1, kind="f"),
+    ]
+    assert parse_manifest(render_manifest(odd), "m") == sorted(odd, key=lambda e: e.path)
+
+
+def test_manifest_reads_hand_edits_leniently_but_not_bad_bytes(tmp_path: Path) -> None:
+    """An unknown escape keeps its character; a lone trailing backslash stays."""
+    (entry,) = parse_manifest(("x\\qy\tsite-packages/a\\" + "\t" + "a" * 64 + "\t1\tf\n").encode(), "m")
+    assert (entry.owner, entry.path) == ("xqy", "site-packages/a\\")
+    bad = tmp_path / "pylock.x.files.tsv"
+    bad.write_bytes(b"six\tsite-packages/\xff.py\t" + b"a" * 64 + b"\t1\tf\n")
+    with pytest.raises(LockError) as caught:
+        read_manifest(bad)
+    assert str(caught.value) == f"{bad}: not UTF-8 text (byte 18)"
+    bad.write_bytes(b"# header\nsix\tsite-packages/six.py\n")
+    with pytest.raises(LockError) as caught:
+        read_manifest(bad)
+    assert str(caught.value) == f"{bad}:2: not a manifest row"
 
 
 # ================================================================ SSH quoting
@@ -647,11 +756,50 @@ def test_remote_words_reach_the_remote_program_unchanged(tmp_path: Path) -> None
 
 
 def test_ssh_argv_ends_with_one_quoted_command_line(tmp_path: Path) -> None:
-    transport = SshTransport("h", "user@h", [], tmp_path, "key", tmp_path / "bundle.zip")
+    transport = SshTransport("h", "user@h", ["-o", "BatchMode=yes"], tmp_path, "key", tmp_path / "bundle.zip")
     argv = transport.ssh_argv([sys.executable, "-c", ARGV_PRINTER, *HOSTILE])
-    assert argv[-3:-1] == ["--", "user@h"]
+    assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=no", "--", "user@h"]
     proc = subprocess.run(["sh", "-c", argv[-1]], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert json.loads(proc.stdout) == HOSTILE
+
+
+STUB_AGENT = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
+
+
+def test_agent_command_line_reaches_the_agent_through_a_shell(tmp_path: Path) -> None:
+    """The bootstrap runs in the venv's Python, finds the agent by key, passes the words on."""
+    venv = make_venv(tmp_path / "venv")
+    home = tmp_path / "home"
+    transport = SshTransport("h", "user@h", [], tmp_path, "k3y", tmp_path / "bundle.zip")
+    words = ["apply", "--venv", "/opt/my venv", "$(touch x)", "a;b"]
+    env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    argv = transport.agent_argv(f"{venv}/", words)
+    missing = subprocess.run(["sh", "-c", argv[-1]], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (missing.returncode, missing.stderr) == (99, "@need-bundle\n")
+    agent = home / ".cache" / "envlock" / "envlock-agent-k3y"
+    (agent / "envlock" / "agent").mkdir(parents=True)
+    (agent / "__main__.py").write_text("")
+    (agent / "envlock" / "__init__.py").write_text("")
+    (agent / "envlock" / "agent" / "__init__.py").write_text("")
+    (agent / "envlock" / "agent" / "__main__.py").write_text(
+        "import json, sys; print(json.dumps([sys.executable, sys.flags.isolated, *sys.argv[1:]]))\n"
+    )
+    ran = subprocess.run(
+        ["sh", "-c", argv[-1]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+    assert json.loads(ran.stdout) == [f"{venv}/bin/python", 1, *words]
+    assert not (tmp_path / "x").exists()
+    explicit = transport.agent_argv(str(venv), words, python=sys.executable)
+    ran = subprocess.run(
+        ["sh", "-c", explicit[-1]], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+    )
+    assert json.loads(ran.stdout)[0] == sys.executable
 
 
 # ================================================================ the lock on disk is the rendered lock

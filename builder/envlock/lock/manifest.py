@@ -49,7 +49,10 @@ def manifest_sha256(data: bytes) -> str:
 
 
 def parse_manifest(data: bytes, source: str) -> list[FileEntry]:
-    text = data.decode("utf-8", errors="strict")
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
     entries: list[FileEntry] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line or line.startswith("#"):
