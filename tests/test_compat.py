@@ -256,4 +256,14 @@ def test_driver_library_is_assumed(tmp_path: Path) -> None:
     assert library.verdict == "native", library.reason
     assert library.load is not None
     where = library.load.resolved["libcuda.so.1"]
-    assert where == "driver" or Path(where).name.startswith("libcuda.so")
+    # The real loader's cache decides which answer is right on this host: a
+    # host with the driver installed resolves the real file, one without
+    # (these CPU machines) gets the driver assumption.
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    installed = [
+        line.split("=> ")[-1] for line in cache.splitlines() if line.strip().startswith("libcuda.so.1 ")
+    ]
+    if installed:
+        assert Path(where).name.startswith("libcuda.so"), where
+    else:
+        assert where == compat.DRIVER == "driver"

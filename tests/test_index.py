@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import threading
@@ -44,7 +45,9 @@ def test_capture_traces_wheels_over_http(tmp_path: Path, reference: Reference, h
 def test_http_listing_and_record(http_index: str, index: Index) -> None:
     client = IndexClient((http_index,))
     (six,) = client.files("SIX")
-    assert six.filename == "six-1.17.0-py2.py3-none-any.whl" and six.sha256
+    assert six.filename == "six-1.17.0-py2.py3-none-any.whl"
+    served = index.root / "files" / six.filename
+    assert six.sha256 == hashlib.sha256(served.read_bytes()).hexdigest()
     rows = client.read_record(six)
     assert any(row[0] == "six.py" for row in rows)
     assert client.files("no-such-project") == []

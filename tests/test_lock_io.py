@@ -57,7 +57,8 @@ def packages(draw: st.DrawFn) -> Package:
     )
 
 
-def make_lock(pkgs: list[Package]) -> Lock:
+def make_lock(pkgs: list[Package], *, sort: bool = True) -> Lock:
+    """``sort=False`` keeps the packages in the order given, for the writer to sort."""
     unique = {p.name: p for p in pkgs}
     return Lock(
         host="ct129",
@@ -70,7 +71,7 @@ def make_lock(pkgs: list[Package]) -> Lock:
         pyvenv={"version": "3.11.7"},
         indexes=("https://example.org/simple",),
         find_links=(),
-        packages=tuple(sorted(unique.values(), key=lambda p: p.name)),
+        packages=tuple(sorted(unique.values(), key=lambda p: p.name) if sort else unique.values()),
         manifest_sha256="1" * 64,
         manifest_files=3,
     )
@@ -88,20 +89,44 @@ def test_write_then_read_is_equal(pkgs: list[Package]) -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.lists(packages(), min_size=2, max_size=5, unique_by=lambda p: p.name))
 def test_output_does_not_depend_on_input_order(pkgs: list[Package]) -> None:
-    forward = make_lock(pkgs)
-    backward = make_lock(list(reversed(pkgs)))
+    # Neither lock is sorted before the writer sees it.
+    forward = make_lock(pkgs, sort=False)
+    backward = make_lock(list(reversed(pkgs)), sort=False)
+    assert [p.name for p in forward.packages] != [p.name for p in backward.packages]
     assert render_lock(forward) == render_lock(backward)
 
 
-def _document() -> dict:
-    pkg = Package(
-        name="six",
+def _native(path: str) -> NativeLib:
+    return NativeLib(path=path, sha256="c" * 64, needed=("libc.so.6",), version_needs={})
+
+
+def test_writer_sorts_packages_and_native_libraries() -> None:
+    """Given in reverse order, written sorted: by name, and native libraries by path."""
+    zeta = _document_package("zeta", (_native("site-packages/z/b.so"), _native("site-packages/z/a.so")))
+    alpha = _document_package("alpha")
+    lock = make_lock([zeta, alpha], sort=False)
+    assert [p.name for p in lock.packages] == ["zeta", "alpha"]
+    doc = tomllib.loads(render_lock(lock).decode())
+    assert [p["name"] for p in doc["packages"]] == ["alpha", "zeta"]
+    native = doc["packages"][1]["tool"]["envlock"]["native"]
+    assert [n["path"] for n in native] == ["site-packages/z/a.so", "site-packages/z/b.so"]
+
+
+def _document_package(name: str = "six", native: tuple[NativeLib, ...] = ()) -> Package:
+    return Package(
+        name=name,
         version="1.17.0",
         source="index",
-        wheel=Artifact(filename="six-1.17.0-py2.py3-none-any.whl", sha256="a" * 64, url="https://x/six.whl"),
+        native=native,
+        wheel=Artifact(
+            filename=f"{name}-1.17.0-py2.py3-none-any.whl", sha256="a" * 64, url="https://x/six.whl"
+        ),
         tree_digest="sha256:" + "b" * 64,
     )
-    return dict(lock_to_dict(make_lock([pkg])))
+
+
+def _document() -> dict:
+    return dict(lock_to_dict(make_lock([_document_package()])))
 
 
 def test_missing_field_is_named() -> None:

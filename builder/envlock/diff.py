@@ -180,8 +180,10 @@ def platform_summary(lock: Lock) -> str:
     return " ".join(str(plat.get(k, "")) for k in ("machine", "libc", "libc-version")).strip()
 
 
-def _pyvenv(lock: Lock) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(lock.pyvenv.items()))
+def _pyvenv_changes(a: Lock, b: Lock) -> list[tuple[str, str, str]]:
+    """One row per pyvenv.cfg key that differs; the version is the python row's."""
+    keys = [k for k in dict.fromkeys([*a.pyvenv, *b.pyvenv]) if k not in ("version", "version_info")]
+    return [(f"pyvenv {k}", a.pyvenv.get(k, ""), b.pyvenv.get(k, "")) for k in keys]
 
 
 def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
@@ -192,7 +194,7 @@ def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
         ("gpu", gpu_summary(a), gpu_summary(b)),
         ("indexes", " ".join(a.indexes), " ".join(b.indexes)),
         ("find-links", " ".join(a.find_links), " ".join(b.find_links)),
-        ("pyvenv", _pyvenv(a), _pyvenv(b)),
+        *_pyvenv_changes(a, b),
     )
     return tuple(EnvChange(what, x, y) for what, x, y in facts if x != y)
 

@@ -210,8 +210,13 @@ def create_staging(plan: Dict[str, Any], staging: str) -> None:
     base = plan["base_python"]
     if not os.path.exists(base):
         raise ApplyError("no Python %s at %s (the lock's pyvenv home)" % (plan["python_version"], base))
-    # A prompt the reference's creator was given goes into the activate scripts.
-    prompt = ["--prompt", plan["prompt"]] if plan.get("prompt") else []
+    # `python -m venv` bakes the directory's name into the activate scripts as
+    # the prompt: give it the final name (or the reference's own --prompt).
+    # uv's scripts read the name from $VIRTUAL_ENV when they run.
+    name = plan.get("prompt") or (
+        os.path.basename(plan["venv"].rstrip("/")) if plan["creator"] != "uv" else None
+    )
+    prompt = ["--prompt", name] if name else []
     if plan["creator"] == "uv":
         _run([plan["uv"], "venv", "-q", *prompt, "--python", base, staging], "creating the staging venv")
     else:
@@ -291,13 +296,9 @@ def finish_payload(plan: Dict[str, Any], staging: str) -> int:
 
 
 def unstage(data: bytes, staging: str, venv: str) -> bytes:
-    """A creator's file written for the staging path, as if written for ``venv``.
-
-    The path first, then the name alone: ``python -m venv`` bakes the
-    directory's base name into the activate scripts' prompt.
-    """
-    data = data.replace(staging.encode(), venv.encode())
-    return data.replace(os.path.basename(staging).encode(), os.path.basename(venv).encode())
+    """A creator's file written for the staging path, as if written for ``venv``
+    (the prompt is given to the creator: see create_staging)."""
+    return data.replace(staging.encode(), venv.encode())
 
 
 def finish_scaffold(plan: Dict[str, Any], staging: str) -> None:
@@ -488,6 +489,8 @@ def _scaffold_problems(plan: Dict[str, Any], staging: str) -> List[str]:
         with open(os.path.join(staging, "pyvenv.cfg"), "rb") as stream:
             if stream.read() != plan["pyvenv_cfg"].encode("utf-8"):
                 problems.append("pyvenv.cfg differs from the lock's")
+    if plan.get("venv") in (None, staging):
+        return problems  # verifying a venv in place: nothing to leak
     needle = staging.encode()
     bindir = os.path.join(staging, "bin")
     for name in sorted(os.listdir(bindir)):
