@@ -28,7 +28,7 @@ from common import BIN, ROOT, gpu_venv, run, save_result, timed
 sys.path.insert(0, str(ROOT / "builder"))
 
 from envlock.lock.io import render_lock
-from envlock.lock.model import Artifact, Lock, NativeLib, Package
+from envlock.lock.model import Artifact, HostGpu, Interpreter, Lock, NativeLib, Package, Platform
 from envlock.workspace import cache_dir
 
 PACKAGES = 1000
@@ -89,28 +89,27 @@ def _lock(host: str, packages: list[Package]) -> Lock:
         venv="/opt/venv",
         site="lib/python3.11/site-packages",
         digest="sha256:" + _sha(host),
-        interpreter={
-            "implementation": "cpython",
-            "version": "3.11.9",
-            "abi": "cp311",
-            "soabi": "cpython-311-x86_64-linux-gnu",
-            "ext-suffix": ".cpython-311-x86_64-linux-gnu.so",
-            "gil-disabled": False,
-        },
-        platform={
-            "system": "Linux",
-            "machine": "x86_64",
-            "libc": "glibc",
-            "libc-version": "2.35",
-            "platform-tags": ["manylinux_2_35_x86_64", "manylinux_2_17_x86_64"],
-        },
+        interpreter=Interpreter(
+            implementation="cpython",
+            version="3.11.9",
+            abi="cp311",
+            soabi="cpython-311-x86_64-linux-gnu",
+            ext_suffix=".cpython-311-x86_64-linux-gnu.so",
+        ),
+        platform=Platform(
+            system="Linux",
+            machine="x86_64",
+            libc="glibc",
+            libc_version="2.35",
+            platform_tags=("manylinux_2_35_x86_64", "manylinux_2_17_x86_64"),
+        ),
         pyvenv={"home": "/usr/bin", "include-system-site-packages": "false", "version": "3.11.9"},
         indexes=("https://pypi.example/simple",),
         find_links=(),
         packages=tuple(sorted(packages, key=lambda p: p.name)),
         manifest_sha256=_sha("manifest " + host),
         manifest_files=60_000,
-        gpu={"source": "profile", "cc": ["12.0"], "driver": "575.57.08"},
+        gpu=HostGpu(source="profile", cc=("12.0",), driver="575.57.08"),
     )
 
 

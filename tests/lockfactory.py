@@ -15,7 +15,17 @@ from pathlib import Path
 from envlock.lock.digest import lock_digest
 from envlock.lock.io import render_lock
 from envlock.lock.manifest import manifest_sha256, render_manifest
-from envlock.lock.model import Artifact, FileEntry, Lock, NativeLib, Package
+from envlock.lock.model import (
+    Artifact,
+    CudaImages,
+    FileEntry,
+    HostGpu,
+    Interpreter,
+    Lock,
+    NativeLib,
+    Package,
+    Platform,
+)
 
 INDEX = "https://pypi.example/simple"
 
@@ -38,12 +48,7 @@ def lib(
     extra: dict[str, object] = {}
     if images is not None:
         containers = max(images.values(), default=0)
-        extra["cuda_images"] = {
-            "containers": containers,
-            "relocatable": 0,
-            "unreadable": 0,
-            "images": dict(images),
-        }
+        extra["cuda_images"] = CudaImages(containers=containers, images=dict(images))
     return NativeLib(
         path=path,
         sha256=sha(path + label),
@@ -110,9 +115,7 @@ def make_lock(
     indexes: Sequence[str] = (INDEX,),
     manifest: Sequence[FileEntry] = (),
 ) -> Lock:
-    gpu: Mapping[str, object] | None = None
-    if cc:
-        gpu = {"source": "profile", "cc": list(cc), "driver": "575.57.08"}
+    gpu = HostGpu(source="profile", cc=tuple(cc), driver="575.57.08") if cc else None
     packages = tuple(sorted(packages, key=lambda p: p.name))
     lock = Lock(
         host=host,
@@ -120,21 +123,20 @@ def make_lock(
         venv="/opt/venv",
         site=f"lib/python{python.rsplit('.', 1)[0]}/site-packages",
         digest="",
-        interpreter={
-            "implementation": "cpython",
-            "version": python,
-            "abi": "cp" + "".join(python.split(".")[:2]),
-            "soabi": "",
-            "ext-suffix": ".so",
-            "gil-disabled": False,
-        },
-        platform={
-            "system": "Linux",
-            "machine": "x86_64",
-            "libc": "glibc",
-            "libc-version": glibc,
-            "platform-tags": [f"manylinux_{glibc.replace('.', '_')}_x86_64"],
-        },
+        interpreter=Interpreter(
+            implementation="cpython",
+            version=python,
+            abi="cp" + "".join(python.split(".")[:2]),
+            soabi="",
+            ext_suffix=".so",
+        ),
+        platform=Platform(
+            system="Linux",
+            machine="x86_64",
+            libc="glibc",
+            libc_version=glibc,
+            platform_tags=(f"manylinux_{glibc.replace('.', '_')}_x86_64",),
+        ),
         pyvenv={"home": "/usr/bin", "include-system-site-packages": "false", "version": python},
         indexes=tuple(indexes),
         find_links=(),

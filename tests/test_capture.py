@@ -43,8 +43,8 @@ def test_capture_records_every_provenance(workspace: Path) -> None:
     alpha = lock.package("alpha")
     assert alpha is not None and "bin/alpha" in alpha.scripts
     assert alpha.requires_dist == ("beta>=2",)
-    assert lock.interpreter["abi"] == "cp311"
-    assert "manylinux_2_17_x86_64" in lock.platform["platform-tags"]
+    assert lock.interpreter.abi == "cp311"
+    assert "manylinux_2_17_x86_64" in lock.platform.platform_tags
     editpkg = lock.package("editpkg")
     assert editpkg is not None and editpkg.editable
 

@@ -87,7 +87,7 @@ def test_identical_and_same_version_changes(tmp_path: Path) -> None:
 def test_glibc_too_new_for_one_host() -> None:
     so = lib("site-packages/numpy/_core/_multiarray_umath.so", glibc="2.38")
     a = make_lock("old-host", [pkg("numpy", "2.3.1", native=[so])], glibc="2.35")
-    b = replace(a, host="new-host", platform={**a.platform, "libc-version": "2.39"})
+    b = replace(a, host="new-host", platform=replace(a.platform, libc_version="2.39"))
     result = diff_locks(a, b)
     assert [p.describe() for p in result.load_only_a] == [
         "numpy _multiarray_umath: needs GLIBC_2.38, newer than the host's glibc 2.35"

@@ -672,7 +672,7 @@ def test_a_lock_whose_version_was_edited_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LockError, match=r"^shown: tool\.envlock\.digest does not match its packages"):
         check_digest(edited, "shown")
     check_digest(lock, "shown")
-    other_python = replace(lock, interpreter={**lock.interpreter, "version": "3.11.10"})
+    other_python = replace(lock, interpreter=replace(lock.interpreter, version="3.11.10"))
     with pytest.raises(LockError):
         check_digest(other_python, "shown")
 

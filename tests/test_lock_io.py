@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from envlock.errors import LockError
 from envlock.lock.io import lock_to_dict, parse_lock, read_lock, render_lock
 from envlock.lock.manifest import parse_manifest, render_manifest
-from envlock.lock.model import Artifact, FileEntry, Lock, NativeLib, Package
+from envlock.lock.model import Artifact, FileEntry, Interpreter, Lock, NativeLib, Package, Platform
 
 names = st.from_regex(r"[a-z][a-z0-9]{0,8}(-[a-z0-9]{1,4})?", fullmatch=True)
 versions = st.from_regex(r"[0-9]{1,2}\.[0-9]{1,2}(\+cu12[0-9])?", fullmatch=True)
@@ -66,8 +66,8 @@ def make_lock(pkgs: list[Package], *, sort: bool = True) -> Lock:
         venv="/opt/venv",
         site="lib/python3.11/site-packages",
         digest="sha256:" + "0" * 64,
-        interpreter={"implementation": "cpython", "version": "3.11.7", "abi": "cp311"},
-        platform={"machine": "x86_64", "libc": "glibc", "libc-version": "2.36"},
+        interpreter=Interpreter(implementation="cpython", version="3.11.7", abi="cp311"),
+        platform=Platform(machine="x86_64", libc="glibc", libc_version="2.36"),
         pyvenv={"version": "3.11.7"},
         indexes=("https://example.org/simple",),
         find_links=(),

@@ -135,7 +135,7 @@ def base_python(profile: HostProfile, lock: Lock) -> str | None:
     """The interpreter the profile or the lock names, without asking the host (None: neither)."""
     if profile.python:
         return profile.python
-    paths = interpreter_paths(lock.pyvenv, str(lock.interpreter["version"]))
+    paths = interpreter_paths(lock.pyvenv, lock.interpreter.version)
     return paths[0] if paths else None
 
 
@@ -145,7 +145,7 @@ def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: s
     It must be the lock's Python to the patch level, and where the lock names
     its home, that home: pyvenv.cfg and the bin/python links point there.
     """
-    version = str(lock.interpreter["version"])
+    version = lock.interpreter.version
     minor = ".".join(version.split(".")[:2])
     found = find_base_python(
         transport, profile, want=minor, hints=interpreter_paths(lock.pyvenv, version), venv_decides=False
@@ -202,10 +202,10 @@ def build_plan(
     sources = []
     for pkg in lock.packages:
         if pkg.source_tree is not None:
-            sha = str(pkg.source_tree["sha256"])
+            sha = pkg.source_tree.sha256
             items.append(Item(sha, "source.tar.gz", blob(store, sha, f"{pkg.name} source tree")))
             sources.append(
-                {"path": pkg.source_tree["path"], "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
+                {"path": pkg.source_tree.path, "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
             )
     kinds = {row.path: row.kind for row in rows}
     bin_files = {}
@@ -213,10 +213,10 @@ def build_plan(
         for rel, sha in pkg.scripts.items():
             items.append(Item(sha, "blob", blob(store, sha, f"{pkg.name} {rel}")))
             bin_files[rel] = {"path": f"{REMOTE_ARTIFACTS}/{sha}/blob", "executable": kinds.get(rel) == "x"}
-    plan = {
+    plan: dict[str, Any] = {
         "venv": profile.venv,
         "digest": lock.digest,
-        "python_version": str(lock.interpreter["version"]),
+        "python_version": lock.interpreter.version,
         "base_python": python,
         "creator": "uv" if "version_info" in lock.pyvenv else "venv",
         "pyvenv_cfg": render_pyvenv(with_home(lock.pyvenv, python)).decode("utf-8"),

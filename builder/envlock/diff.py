@@ -104,7 +104,7 @@ def _origin_key(pkg: Package) -> tuple[object, ...]:
         pkg.tree_digest,
         pkg.native,
         sorted(pkg.scripts.items()),
-        sorted((pkg.source_tree or {}).items()),
+        pkg.source_tree,
     )
 
 
@@ -138,13 +138,12 @@ def artifact_change(before: Package, after: Package) -> str:
     if before.scripts != after.scripts:
         return "bin/ files differ: " + _scripts_change(before.scripts, after.scripts)
     if before.source_tree != after.source_tree:
-        b_tree, a_tree = before.source_tree or {}, after.source_tree or {}
-        if b_tree.get("path") != a_tree.get("path"):
-            return f"editable source tree moved: {b_tree.get('path')} -> {a_tree.get('path')}"
-        return (
-            f"editable source tree differs: archive sha256 {str(b_tree.get('sha256'))[:12]} "
-            f"-> {str(a_tree.get('sha256'))[:12]}"
-        )
+        b_tree, a_tree = before.source_tree, after.source_tree
+        b_path, a_path = (t.path if t else None for t in (b_tree, a_tree))
+        if b_path != a_path:
+            return f"editable source tree moved: {b_path} -> {a_path}"
+        b_sha, a_sha = ((t.sha256 if t else "")[:12] for t in (b_tree, a_tree))
+        return f"editable source tree differs: archive sha256 {b_sha} -> {a_sha}"
     return "native facts differ"
 
 
@@ -157,27 +156,20 @@ def _scripts_change(before: Mapping[str, str], after: Mapping[str, str]) -> str:
 
 def gpu_ccs(lock: Lock) -> tuple[str, ...]:
     """Compute capabilities of the lock's host, from nvidia-smi or the profile."""
-    gpu = lock.gpu or {}
-    if gpu.get("source") == "nvidia-smi":
-        return tuple(sorted({str(d.get("cc", "")) for d in gpu.get("devices", []) if d.get("cc")}))
-    return tuple(sorted(str(cc) for cc in gpu.get("cc", [])))
+    return lock.gpu.ccs if lock.gpu is not None else ()
 
 
 def gpu_summary(lock: Lock) -> str:
-    gpu = lock.gpu or {}
-    ccs = gpu_ccs(lock)
-    if not ccs:
+    if lock.gpu is None or not lock.gpu.ccs:
         return ""
-    drivers = {str(d.get("driver")) for d in gpu.get("devices", []) if d.get("driver")}
-    if gpu.get("driver"):
-        drivers.add(str(gpu["driver"]))
-    text = "cc " + ", ".join(ccs)
-    return text + (f", driver {', '.join(sorted(drivers))}" if drivers else "")
+    drivers = lock.gpu.drivers
+    text = "cc " + ", ".join(lock.gpu.ccs)
+    return text + (f", driver {', '.join(drivers)}" if drivers else "")
 
 
 def platform_summary(lock: Lock) -> str:
     plat = lock.platform
-    return " ".join(str(plat.get(k, "")) for k in ("machine", "libc", "libc-version")).strip()
+    return " ".join((plat.machine, plat.libc, plat.libc_version)).strip()
 
 
 def _pyvenv_changes(a: Lock, b: Lock) -> list[tuple[str, str, str]]:
@@ -188,8 +180,8 @@ def _pyvenv_changes(a: Lock, b: Lock) -> list[tuple[str, str, str]]:
 
 def environment_changes(a: Lock, b: Lock) -> tuple[EnvChange, ...]:
     facts = (
-        ("python", str(a.interpreter.get("version", "")), str(b.interpreter.get("version", ""))),
-        ("abi", str(a.interpreter.get("abi", "")), str(b.interpreter.get("abi", ""))),
+        ("python", a.interpreter.version, b.interpreter.version),
+        ("abi", a.interpreter.abi, b.interpreter.abi),
         ("platform", platform_summary(a), platform_summary(b)),
         ("gpu", gpu_summary(a), gpu_summary(b)),
         ("indexes", " ".join(a.indexes), " ".join(b.indexes)),

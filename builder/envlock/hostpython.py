@@ -160,7 +160,7 @@ def probe_target(profile: HostProfile, reference: Lock) -> dict[str, Any]:
     The agent's ``ping`` answer plus ``python``: the interpreter's path, which
     the target lock records (pyvenv ``home``) so apply builds with the same one.
     """
-    ref_version = str(reference.interpreter["version"])
+    ref_version = reference.interpreter.version
     want = _minor(profile.target.python) if profile.target else _minor(ref_version)
     with open_transport(profile) as transport:
         found = find_base_python(

@@ -113,9 +113,9 @@ class LoadProblem:
 
 def host_glibc(lock: Lock) -> str | None:
     """The glibc version the lock's host has, or None (musl, unknown)."""
-    if str(lock.platform.get("libc", "")).lower() != "glibc":
+    if lock.platform.libc.lower() != "glibc":
         return None
-    return str(lock.platform.get("libc-version") or "") or None
+    return lock.platform.libc_version or None
 
 
 def library_problems(

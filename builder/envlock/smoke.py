@@ -208,7 +208,7 @@ def host_has_gpu(profile: HostProfile, lock: Lock | None) -> bool:
     if profile.gpu is not None:
         return bool(profile.gpu.cc)
     if lock is not None and lock.gpu:
-        return bool(lock.gpu.get("devices") or lock.gpu.get("cc"))
+        return bool(lock.gpu.ccs)
     return False
 
 

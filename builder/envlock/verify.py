@@ -135,7 +135,7 @@ def compare(lock: Lock, manifest: bytes, live: LiveVenv, lock_path: Path) -> Ver
         files_checked=lock.manifest_files,
         dists=dists,
         files=files,
-        python_locked=str(lock.interpreter["version"]),
+        python_locked=lock.interpreter.version,
         python_live=live_python,
         stats=live.stats,
         warnings=warnings,

@@ -24,7 +24,16 @@ from envlock.hosts import HostProfile
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.io import render_lock, write_lock
 from envlock.lock.manifest import manifest_sha256, render_manifest
-from envlock.lock.model import FileEntry, Lock, Package
+from envlock.lock.model import (
+    FileEntry,
+    GpuDevice,
+    HostGpu,
+    Interpreter,
+    Lock,
+    Package,
+    Platform,
+    SourceTree,
+)
 from envlock.store import Store
 from envlock.tags import abi_tag, platform_tags
 from envlock.transport import Transport, run_agent
@@ -121,21 +130,21 @@ def build_lock(
         venv=snapshot["venv"],
         site=snapshot["site"],
         digest="",  # lock_digest below, once every field is set
-        interpreter={
-            "implementation": interpreter["implementation"],
-            "version": interpreter["version"],
-            "abi": abi_tag(interpreter),
-            "soabi": interpreter["soabi"] or "",
-            "ext-suffix": interpreter["ext_suffix"] or "",
-            "gil-disabled": interpreter["py_gil_disabled"],
-        },
-        platform={
-            "system": plat["system"],
-            "machine": plat["machine"],
-            "libc": plat["libc"] or "",
-            "libc-version": plat["libc_version"] or "",
-            "platform-tags": platform_tags(plat["machine"], plat["libc"], plat["libc_version"]),
-        },
+        interpreter=Interpreter(
+            implementation=interpreter["implementation"],
+            version=interpreter["version"],
+            abi=abi_tag(interpreter),
+            soabi=interpreter["soabi"] or "",
+            ext_suffix=interpreter["ext_suffix"] or "",
+            gil_disabled=bool(interpreter["py_gil_disabled"]),
+        ),
+        platform=Platform(
+            system=plat["system"],
+            machine=plat["machine"],
+            libc=plat["libc"] or "",
+            libc_version=plat["libc_version"] or "",
+            platform_tags=tuple(platform_tags(plat["machine"], plat["libc"], plat["libc_version"])),
+        ),
         # Every key, in file order: apply writes pyvenv.cfg back from these.
         pyvenv=dict(snapshot["pyvenv_cfg"]),
         indexes=indexes,
@@ -170,7 +179,7 @@ def build_lock(
 
 def _pack_editable_source(
     transport: Transport, venv: str, dist: dict[str, Any], store: Store, step: Callable[[str], None]
-) -> dict[str, Any] | None:
+) -> SourceTree | None:
     """The source tree an editable install points at, packed into the store."""
     direct = dist["direct_url"] or {}
     if not direct.get("dir_info", {}).get("editable"):
@@ -178,15 +187,16 @@ def _pack_editable_source(
     path = unquote(urlparse(direct.get("url", "")).path)
     step(f"pack the source of editable {dist['name']} ({path})")
     data = run_agent(transport, venv, ["pack-source", "--dir", path])
-    return {"path": path, "sha256": store.put_blob(data), "size": len(data)}
+    return SourceTree(path=path, sha256=store.put_blob(data), size=len(data))
 
 
-def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> dict[str, Any] | None:
+def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> HostGpu | None:
     if snapshot.get("gpu"):
-        return {"source": "nvidia-smi", "devices": snapshot["gpu"]}
+        devices = tuple(
+            GpuDevice(name=d.get("name", ""), cc=d.get("cc", ""), driver=d.get("driver", ""))
+            for d in snapshot["gpu"]
+        )
+        return HostGpu(source="nvidia-smi", devices=devices)
     if profile.gpu is not None:
-        gpu: dict[str, Any] = {"source": "profile", "cc": list(profile.gpu.cc)}
-        if profile.gpu.driver:
-            gpu["driver"] = profile.gpu.driver
-        return gpu
+        return HostGpu(source="profile", cc=profile.gpu.cc, driver=profile.gpu.driver)
     return None

@@ -15,7 +15,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envlock.agent.layout import import_names, is_bookkeeping, is_bytecode, is_scaffold
-from envlock.lock.model import FileEntry, NativeLib
+from envlock.lock.model import CudaImages, FileEntry, NativeLib
 
 
 @dataclass
@@ -77,6 +77,18 @@ def collect_files(
     return out
 
 
+def cuda_images(facts: dict[str, Any] | None) -> CudaImages | None:
+    """The agent's device-code summary (``envlock.binary.elf.device_code_summary``) as a record."""
+    if facts is None:
+        return None
+    return CudaImages(
+        containers=int(facts["containers"]),
+        relocatable=int(facts["relocatable"]),
+        unreadable=int(facts["unreadable"]),
+        images=dict(facts["images"]),
+    )
+
+
 def native_lib(path: str, sha: str, facts: dict[str, Any]) -> NativeLib:
     if "error" in facts:
         return NativeLib(path=path, sha256=sha, error=facts["error"])
@@ -89,7 +101,7 @@ def native_lib(path: str, sha: str, facts: dict[str, Any]) -> NativeLib:
         runpath=tuple(facts.get("runpath", [])),
         version_needs=facts.get("version_needs", {}),
         cuda_sections=facts.get("cuda_sections", {}),
-        cuda_images=facts.get("cuda_images"),
+        cuda_images=cuda_images(facts.get("cuda_images")),
     )
 
 

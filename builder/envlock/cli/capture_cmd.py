@@ -125,8 +125,8 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
         table(["package", "version", "source", "files", "size", ".so", "note"], rows, right=(3, 4, 5)),
         "",
         f"{len(lock.packages)} packages, {files} files, {human_size(size)}; "
-        f"python {lock.interpreter['version']} on {lock.platform['machine']} "
-        f"{lock.platform['libc']} {lock.platform['libc-version']}",
+        f"python {lock.interpreter.version} on {lock.platform.machine} "
+        f"{lock.platform.libc} {lock.platform.libc_version}",
         f"hashed {stats['hashed']} files ({human_size(stats['bytes_hashed'])}), "
         f"{stats['cached']} from the stat cache, in {elapsed:.1f} s",
         f"digest {lock.digest}",

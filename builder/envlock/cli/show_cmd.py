@@ -57,8 +57,8 @@ def _package_line(pkg: Package) -> str:
 def header(lock: Lock) -> list[str]:
     """Comment lines with the host facts a package line does not show."""
     return [
-        f"# host {lock.host} ({lock.role}), python {lock.interpreter.get('version', '')} "
-        f"{lock.interpreter.get('abi', '')}, {platform_summary(lock)}",
+        f"# host {lock.host} ({lock.role}), python {lock.interpreter.version} "
+        f"{lock.interpreter.abi}, {platform_summary(lock)}",
         f"# gpu {gpu_summary(lock) or '-'}",
         f"# indexes {' '.join(lock.indexes) or '-'}"
         + (f"; find-links {' '.join(lock.find_links)}" if lock.find_links else ""),

@@ -42,7 +42,7 @@ def _line(*fields: object) -> str:
 def lock_digest(lock: Lock) -> str:
     """The digest a lock must record in ``tool.envlock.digest`` (its ``digest`` field is ignored)."""
     lines = [
-        _line("python", str(lock.interpreter.get("version", ""))),
+        _line("python", lock.interpreter.version),
         _line("venv", lock.venv),
     ]
     lines += sorted(_line("pyvenv", key, str(value)) for key, value in lock.pyvenv.items())
@@ -53,7 +53,7 @@ def lock_digest(lock: Lock) -> str:
         lines += [_line("script", pkg.name, rel, sha) for rel, sha in pkg.scripts.items()]
         if pkg.source_tree is not None:
             tree = pkg.source_tree
-            lines.append(_line("source-tree", pkg.name, str(tree.get("path")), str(tree.get("sha256"))))
+            lines.append(_line("source-tree", pkg.name, tree.path, tree.sha256))
     return _sha(sorted(lines))
 
 

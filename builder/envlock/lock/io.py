@@ -27,9 +27,15 @@ from envlock.lock.model import (
     FORMAT_VERSION,
     SOURCES,
     Artifact,
+    CudaImages,
+    GpuDevice,
+    HostGpu,
+    Interpreter,
     Lock,
     NativeLib,
     Package,
+    Platform,
+    SourceTree,
 )
 
 CREATED_BY = "envlock"
@@ -66,7 +72,13 @@ def _native_table(lib: NativeLib) -> dict[str, Any]:
     if lib.cuda_sections:
         table["cuda-sections"] = dict(sorted(lib.cuda_sections.items()))
     if lib.cuda_images is not None:
-        table["cuda-images"] = _sorted_mapping(lib.cuda_images)
+        images = lib.cuda_images
+        table["cuda-images"] = {
+            "containers": images.containers,
+            "images": dict(sorted(images.images.items())),
+            "relocatable": images.relocatable,
+            "unreadable": images.unreadable,
+        }
     if lib.error:
         table["error"] = lib.error
     return table
@@ -98,7 +110,12 @@ def _package_tool(pkg: Package) -> dict[str, Any]:
     if pkg.scripts:
         tool["scripts"] = dict(sorted(pkg.scripts.items()))
     if pkg.source_tree is not None:
-        tool["source-tree"] = _sorted_mapping(pkg.source_tree)
+        tree = pkg.source_tree
+        tool["source-tree"] = {
+            "path": tree.path,
+            "sha256": tree.sha256,
+            **({"size": tree.size} if tree.size is not None else {}),
+        }
     if pkg.native:
         tool["native"] = [_native_table(lib) for lib in sorted(pkg.native, key=lambda n: n.path)]
     return tool
@@ -110,6 +127,39 @@ def _sorted_mapping(value: Any) -> Any:
     if isinstance(value, list):
         return [_sorted_mapping(v) for v in value]
     return value
+
+
+def _interpreter_table(interp: Interpreter) -> dict[str, Any]:
+    table: dict[str, Any] = {"abi": interp.abi}
+    if interp.ext_suffix is not None:
+        table["ext-suffix"] = interp.ext_suffix
+    table["gil-disabled"] = interp.gil_disabled
+    table["implementation"] = interp.implementation
+    if interp.soabi is not None:
+        table["soabi"] = interp.soabi
+    table["version"] = interp.version
+    return table
+
+
+def _platform_table(plat: Platform) -> dict[str, Any]:
+    return {
+        "libc": plat.libc,
+        "libc-version": plat.libc_version,
+        "machine": plat.machine,
+        "platform-tags": list(plat.platform_tags),
+        "system": plat.system,
+    }
+
+
+def _gpu_table(gpu: HostGpu) -> dict[str, Any]:
+    if gpu.source == "nvidia-smi":
+        devices = [{"cc": d.cc, "driver": d.driver, "name": d.name} for d in gpu.devices]
+        return {"devices": devices, "source": gpu.source}
+    table: dict[str, Any] = {"cc": list(gpu.cc)}
+    if gpu.driver:
+        table["driver"] = gpu.driver
+    table["source"] = gpu.source
+    return table
 
 
 def lock_to_dict(lock: Lock) -> dict[str, Any]:
@@ -124,7 +174,7 @@ def lock_to_dict(lock: Lock) -> dict[str, Any]:
         table["wheels"] = [_artifact_table(pkg.wheel)]
         table["tool"] = {"envlock": _package_tool(pkg)}
         packages.append(table)
-    major_minor = ".".join(str(lock.interpreter["version"]).split(".")[:2])
+    major_minor = lock.interpreter.major_minor
     tool: dict[str, Any] = {
         "format": lock.format_version,
         "host": lock.host,
@@ -137,16 +187,16 @@ def lock_to_dict(lock: Lock) -> dict[str, Any]:
         "manifest": {"sha256": lock.manifest_sha256, "files": lock.manifest_files},
         "indexes": list(lock.indexes),
         "find-links": list(lock.find_links),
-        "interpreter": _sorted_mapping(lock.interpreter),
-        "platform": _sorted_mapping(lock.platform),
+        "interpreter": _interpreter_table(lock.interpreter),
+        "platform": _platform_table(lock.platform),
         # File order, not sorted: apply writes pyvenv.cfg back in this order.
         "pyvenv": dict(lock.pyvenv),
     }
     if lock.gpu is not None:
-        tool["gpu"] = _sorted_mapping(lock.gpu)
+        tool["gpu"] = _gpu_table(lock.gpu)
     if lock.unowned:
         tool["unowned"] = list(lock.unowned)
-    machine = lock.platform.get("machine", "")
+    machine = lock.platform.machine
     return {
         "lock-version": "1.0",
         "environments": [f"sys_platform == 'linux' and platform_machine == '{machine}'"],
@@ -269,8 +319,25 @@ def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
         runpath=r.strings(table, "runpath", where),
         version_needs=r.get(table, "version-needs", dict, where, required=False) or {},
         cuda_sections=r.get(table, "cuda-sections", dict, where, required=False) or {},
-        cuda_images=r.get(table, "cuda-images", dict, where, required=False),
+        cuda_images=_cuda_images(r, table, where),
         error=r.get(table, "error", str, where, required=False),
+    )
+
+
+def _cuda_images(r: _Reader, table: Mapping[str, Any], where: str) -> CudaImages | None:
+    facts = r.get(table, "cuda-images", dict, where, required=False)
+    if facts is None:
+        return None
+    w = f"{where}cuda-images."
+    images = r.get(facts, "images", dict, w, required=False) or {}
+    for arch, count in images.items():
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise r.fail(f"{w}images.{arch}", f"expected int, got {type(count).__name__}")
+    return CudaImages(
+        containers=r.get(facts, "containers", int, w, required=False) or 0,
+        relocatable=r.get(facts, "relocatable", int, w, required=False) or 0,
+        unreadable=r.get(facts, "unreadable", int, w, required=False) or 0,
+        images=dict(images),
     )
 
 
@@ -286,7 +353,7 @@ def _scripts(r: _Reader, tool: Mapping[str, Any], tw: str) -> dict[str, str]:
 
 def _source_tree(
     r: _Reader, tool: Mapping[str, Any], direct_url: Mapping[str, Any] | None, tw: str
-) -> dict[str, Any] | None:
+) -> SourceTree | None:
     """An editable install's source tree: where apply unpacks it, and the archive's sha256.
 
     The path must be the one the install's direct_url.json (and so its .pth)
@@ -299,12 +366,12 @@ def _source_tree(
         return None
     where = f"{tw}source-tree."
     path = r.checked(check_absolute_dir, r.get(tree, "path", str, where), f"{where}path")
-    r.sha256(r.get(tree, "sha256", str, where), f"{where}sha256")
-    r.get(tree, "size", int, where, required=False)
+    sha = r.sha256(r.get(tree, "sha256", str, where), f"{where}sha256")
+    size = r.get(tree, "size", int, where, required=False)
     url = (direct_url or {}).get("url")
     if not isinstance(url, str) or not url.startswith("file://") or unquote(urlparse(url).path) != path:
         raise r.fail(f"{where}path", f"{path!r} is not the editable install's {tw}direct-url.url")
-    return dict(tree)
+    return SourceTree(path=path, sha256=sha, size=size)
 
 
 def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
@@ -358,10 +425,58 @@ def _pyvenv(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, str]:
     return pyvenv
 
 
-def _interpreter(r: _Reader, tool: Mapping[str, Any], w: str) -> dict[str, Any]:
-    interpreter = r.get(tool, "interpreter", dict, w)
-    r.get(interpreter, "version", str, f"{w}interpreter.")  # every command reads it
-    return dict(interpreter)
+def _interpreter(r: _Reader, tool: Mapping[str, Any], w: str) -> Interpreter:
+    table = r.get(tool, "interpreter", dict, w)
+    wi = f"{w}interpreter."
+    return Interpreter(
+        implementation=r.get(table, "implementation", str, wi),
+        version=r.get(table, "version", str, wi),
+        abi=r.get(table, "abi", str, wi, required=False) or "",
+        soabi=r.get(table, "soabi", str, wi, required=False),
+        ext_suffix=r.get(table, "ext-suffix", str, wi, required=False),
+        gil_disabled=bool(r.get(table, "gil-disabled", bool, wi, required=False)),
+    )
+
+
+def _platform(r: _Reader, tool: Mapping[str, Any], w: str) -> Platform:
+    table = r.get(tool, "platform", dict, w)
+    wp = f"{w}platform."
+    return Platform(
+        system=r.get(table, "system", str, wp, required=False) or "linux",
+        machine=r.get(table, "machine", str, wp),
+        libc=r.get(table, "libc", str, wp, required=False) or "",
+        libc_version=r.get(table, "libc-version", str, wp, required=False) or "",
+        platform_tags=r.strings(table, "platform-tags", wp),
+    )
+
+
+def _gpu(r: _Reader, tool: Mapping[str, Any], w: str) -> HostGpu | None:
+    table = r.get(tool, "gpu", dict, w, required=False)
+    if table is None:
+        return None
+    wg = f"{w}gpu."
+    source = r.get(table, "source", str, wg)
+    if source == "nvidia-smi":
+        devices = []
+        for i, device in enumerate(r.get(table, "devices", list, wg, required=False) or []):
+            wd = f"{wg}devices[{i}]."
+            if not isinstance(device, dict):
+                raise r.fail(f"{wg}devices[{i}]", "expected a table")
+            devices.append(
+                GpuDevice(
+                    name=r.get(device, "name", str, wd, required=False) or "",
+                    cc=r.get(device, "cc", str, wd, required=False) or "",
+                    driver=r.get(device, "driver", str, wd, required=False) or "",
+                )
+            )
+        return HostGpu(source="nvidia-smi", devices=tuple(devices))
+    if source == "profile":
+        return HostGpu(
+            source="profile",
+            cc=r.strings(table, "cc", wg),
+            driver=r.get(table, "driver", str, wg, required=False),
+        )
+    raise r.fail(f"{wg}source", f"expected nvidia-smi or profile, got {source!r}")
 
 
 def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
@@ -391,13 +506,13 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         digest=r.get(tool, "digest", str, w),
         digest_rules=r.get(tool, "digest-rules", str, w),
         interpreter=_interpreter(r, tool, w),
-        platform=r.get(tool, "platform", dict, w),
+        platform=_platform(r, tool, w),
         pyvenv=_pyvenv(r, tool, w),
         indexes=r.strings(tool, "indexes", w),
         find_links=r.strings(tool, "find-links", w),
         manifest_sha256=r.sha256(r.get(manifest, "sha256", str, f"{w}manifest."), f"{w}manifest.sha256"),
         manifest_files=r.get(manifest, "files", int, f"{w}manifest."),
-        gpu=r.get(tool, "gpu", dict, w, required=False),
+        gpu=_gpu(r, tool, w),
         unowned=r.strings(tool, "unowned", w),
         reference=r.get(tool, "reference", str, w, required=False),
         packages=tuple(_package(r, pkg, i) for i, pkg in enumerate(document["packages"])),

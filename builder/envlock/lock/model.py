@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeAlias
+
+# PEP 610 direct_url.json is free-form JSON: kept as it was read.
+Json: TypeAlias = str | int | float | bool | list["Json"] | dict[str, "Json"] | None
 
 FORMAT_VERSION = 1
 DIGEST_RULES = "envlock-payload-2"
@@ -35,6 +38,20 @@ class Artifact:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CudaImages:
+    """Headers-only facts of a library's device code (``cuda-images``, docs/cuda.md).
+
+    ``images``: per arch (``sm_90``, ``sm_120a``, ``compute_120``), how many
+    executable containers hold it; ``containers`` how many there are.
+    """
+
+    containers: int
+    relocatable: int = 0
+    unreadable: int = 0
+    images: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NativeLib:
     """ELF facts of one shared library in a package."""
 
@@ -46,9 +63,17 @@ class NativeLib:
     runpath: tuple[str, ...] = ()
     version_needs: Mapping[str, str] = field(default_factory=dict)
     cuda_sections: Mapping[str, int] = field(default_factory=dict)
-    # {"containers", "relocatable", "unreadable", "images": {arch: containers}}
-    cuda_images: Mapping[str, Any] | None = None
+    cuda_images: CudaImages | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceTree:
+    """An editable install's source directory, packed into the store (a tar.gz blob)."""
+
+    path: str  # where the install's .pth points, on the reference
+    sha256: str
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +97,9 @@ class Package:
     missing: tuple[str, ...] = ()  # RECORD rows with no file
     reason: str | None = None  # why the bytes come from where they do
     origin: Artifact | None = None  # the index wheel a repacked package was patched from
-    direct_url: Mapping[str, Any] | None = None
+    direct_url: Mapping[str, Json] | None = None
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
-    # editable installs: {"path": source dir on the reference, "sha256": its tar.gz blob, "size"}
-    source_tree: Mapping[str, Any] | None = None
+    source_tree: SourceTree | None = None  # editable installs
     native: tuple[NativeLib, ...] = ()
 
 
@@ -91,21 +115,77 @@ class FileEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Interpreter:
+    implementation: str  # "cpython"
+    version: str  # "3.11.7"
+    abi: str = ""  # "cp311"
+    soabi: str | None = None  # reference locks only: the captured interpreter's
+    ext_suffix: str | None = None
+    gil_disabled: bool = False
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Platform:
+    system: str = "linux"
+    machine: str = ""
+    libc: str = ""  # "glibc"
+    libc_version: str = ""
+    platform_tags: tuple[str, ...] = ()  # manylinux tags the host accepts, newest first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuDevice:
+    """One GPU as nvidia-smi reported it."""
+
+    name: str = ""
+    cc: str = ""
+    driver: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostGpu:
+    """The GPUs of a lock's host: from nvidia-smi (``devices``) or the profile (``cc``, ``driver``)."""
+
+    source: Literal["nvidia-smi", "profile"]
+    devices: tuple[GpuDevice, ...] = ()
+    cc: tuple[str, ...] = ()
+    driver: str | None = None
+
+    @property
+    def ccs(self) -> tuple[str, ...]:
+        """Compute capabilities, sorted, whichever source gave them."""
+        if self.source == "nvidia-smi":
+            return tuple(sorted({d.cc for d in self.devices if d.cc}))
+        return tuple(sorted(self.cc))
+
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        found = {d.driver for d in self.devices if d.driver}
+        if self.driver:
+            found.add(self.driver)
+        return tuple(sorted(found))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Lock:
     host: str
     role: Literal["reference", "target"]
     venv: str
     site: str
     digest: str
-    interpreter: Mapping[str, Any]
-    platform: Mapping[str, Any]
-    pyvenv: Mapping[str, str]
+    interpreter: Interpreter
+    platform: Platform
+    pyvenv: Mapping[str, str]  # pyvenv.cfg, every key in file order
     indexes: tuple[str, ...]
     find_links: tuple[str, ...]
     packages: tuple[Package, ...]
     manifest_sha256: str
     manifest_files: int
-    gpu: Mapping[str, Any] | None = None
+    gpu: HostGpu | None = None
     unowned: tuple[str, ...] = ()
     reference: str | None = None  # for a target lock: the host it was resolved from
     format_version: int = FORMAT_VERSION

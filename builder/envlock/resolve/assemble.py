@@ -10,7 +10,7 @@ from envlock.agent.apply import relocate
 from envlock.fetch import blob
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
-from envlock.lock.model import Artifact, FileEntry, Lock, Package
+from envlock.lock.model import Artifact, FileEntry, HostGpu, Interpreter, Lock, Package, Platform
 from envlock.pyvenv import derive_target_pyvenv
 from envlock.resolve.candidates import Candidate, Finder
 from envlock.resolve.target import TargetEnv
@@ -106,7 +106,7 @@ def build_target_lock(
         cand = chosen[name]
         ref = reference.package(name)
         if cand.reference is not None:
-            minors = (_minor(str(reference.interpreter["version"])), env.major_minor)
+            minors = (reference.interpreter.major_minor, env.major_minor)
             pkg, pkg_rows = _repointed(
                 cand.reference, by_owner.get(name, []), reference.venv, venv, minors, store
             )
@@ -151,9 +151,6 @@ def build_target_lock(
         python_realpath=env.python_realpath,
         version=env.python,
     )
-    gpu = {"source": "profile", "cc": list(env.gpu_cc)}
-    if env.driver:
-        gpu["driver"] = env.driver
     lock = Lock(
         host=host,
         role="target",
@@ -161,29 +158,21 @@ def build_target_lock(
         venv=venv,
         site=f"lib/python{env.major_minor}/site-packages",
         digest="",  # lock_digest below, once every field is set
-        interpreter={
-            "implementation": env.implementation,
-            "version": env.python,
-            "abi": abi_tag({"version": env.python}),
-            "gil-disabled": False,
-        },
-        platform={
-            "system": "linux",
-            "machine": env.machine,
-            "libc": env.libc,
-            "libc-version": env.libc_version,
-            "platform-tags": env.platform_tags(),
-        },
+        interpreter=Interpreter(
+            implementation=env.implementation, version=env.python, abi=abi_tag({"version": env.python})
+        ),
+        platform=Platform(
+            machine=env.machine,
+            libc=env.libc,
+            libc_version=env.libc_version,
+            platform_tags=tuple(env.platform_tags()),
+        ),
         pyvenv=pyvenv,
         indexes=finder.client.urls,
         find_links=finder.client.find_links,
         packages=tuple(packages),
         manifest_sha256=manifest_sha256(manifest),
         manifest_files=len(rows),
-        gpu=gpu if env.gpu_cc else None,
+        gpu=HostGpu(source="profile", cc=env.gpu_cc, driver=env.driver) if env.gpu_cc else None,
     )
     return replace(lock, digest=lock_digest(lock)), manifest, deviations
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])

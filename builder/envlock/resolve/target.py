@@ -82,7 +82,7 @@ def target_env(profile: HostProfile, reference: Callable[[], Lock], probe: Any |
             implementation=facts.implementation,
             machine=facts.machine,
             libc="glibc",
-            libc_version=facts.glibc or str(reference().platform.get("libc-version", "")),
+            libc_version=facts.glibc or reference().platform.libc_version,
             gpu_cc=gpu_cc,
             driver=driver,
         )

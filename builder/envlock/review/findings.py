@@ -175,7 +175,7 @@ def file_lines(package: str, base: Sequence[FileEntry], head: Sequence[FileEntry
 def host_facts(lock: Lock) -> HostFacts:
     return HostFacts(
         host=lock.host,
-        python=str(lock.interpreter.get("version", "")),
+        python=lock.interpreter.version,
         platform=platform_summary(lock),
         gpu=gpu_summary(lock),
     )

@@ -19,11 +19,11 @@ same major too, ``a``: P == T).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from envlock.lock.model import NativeLib
+from envlock.lock.model import CudaImages, NativeLib
 
 Verdict = Literal["runs", "no", "unknown"]
 
@@ -42,21 +42,17 @@ class DeviceCode:
 def device_code(lib: NativeLib) -> DeviceCode:
     """What the lock says about ``lib``'s device code."""
     present = any(size > 0 for size in lib.cuda_sections.values())
-    facts = getattr(lib, "cuda_images", None)  # absent from locks written before the CUDA reader
-    if not isinstance(facts, Mapping):
+    if lib.cuda_images is None:  # a lock written before the CUDA reader, or no device code
         return DeviceCode(present=present)
-    return from_images(facts, present)
+    return from_images(lib.cuda_images, present)
 
 
-def from_images(facts: Mapping[str, Any], present: bool = True) -> DeviceCode:
+def from_images(facts: CudaImages, present: bool = True) -> DeviceCode:
     """A DeviceCode from a lock's ``cuda-images`` table."""
-    images = facts.get("images") or {}
-    containers = int(facts.get("containers") or 0)
-    if not isinstance(images, Mapping):
-        return DeviceCode(present=present)
-    sass = frozenset(str(a) for a in images if str(a).startswith("sm_"))
-    ptx = frozenset(str(a) for a in images if str(a).startswith("compute_"))
-    everywhere = frozenset(str(a) for a, n in images.items() if containers and int(n) >= containers)
+    images, containers = facts.images, facts.containers
+    sass = frozenset(a for a in images if a.startswith("sm_"))
+    ptx = frozenset(a for a in images if a.startswith("compute_"))
+    everywhere = frozenset(a for a, n in images.items() if containers and n >= containers)
     return DeviceCode(present=present or bool(images), sass=sass, ptx=ptx, everywhere=everywhere)
 
 
