@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import run_envlock, walk_payload
+from helpers import ENVLOCK, run_envlock, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
@@ -81,3 +83,85 @@ def test_a_truncated_pyc_is_reported_and_makes_apply_rebuild(tmp_path: Path, ref
     fixed = subprocess.run([python, "-c", "import six"], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
     assert run_envlock(root, "verify", "ct200").returncode == 0
+
+
+def _stopped_child(parent: int) -> int | None:
+    """A descendant of ``parent`` stopped by SIGSTOP (the agent at its fault point), if any."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[0]))
+    todo = [parent]
+    while todo:
+        for pid, state in children.get(todo.pop(), []):
+            if state == "T":
+                return pid
+            todo.append(pid)
+    return None
+
+
+def _wait_stopped(proc: subprocess.Popen[str]) -> int:
+    for _ in range(600):  # bounded: 60 s
+        pid = _stopped_child(proc.pid)
+        if pid is not None:
+            return pid
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the agent never reached its fault point")
+
+
+def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
+    tmp_path: Path, reference: Reference
+) -> None:
+    """The disk fills exactly while the staged venv is smoked, and is freed before the swap."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(small)], check=True)
+    try:
+        root = tmp_path / "fleet"
+        target = small / "venv"
+        write_profile(root, "ct129", reference.venv, reference.index.url)
+        write_profile(root, "ct200", target, reference.index.url)
+        assert run_envlock(root, "capture", "ct129").returncode == 0
+        for suffix in (".toml", ".files.tsv"):
+            shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+        env = dict(os.environ, ENVLOCK_FAULT="stop:before:smoke,stop:after:smoke")
+        proc = subprocess.Popen(
+            [ENVLOCK, "apply", "ct200", "--root", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        agent = _wait_stopped(proc)
+        filler = small / "filler"
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        with open(filler, "wb") as out:  # leave 48 KiB: small .pyc files fit, a large one is cut short
+            out.write(b"\0" * (free - 48 * 1024))
+        os.kill(agent, signal.SIGCONT)
+        while _stopped_child(proc.pid) is None:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        filler.unlink()
+        os.kill(agent, signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        damaged = []
+        for pyc in target.rglob("*.pyc"):
+            ok = subprocess.run(
+                [
+                    str(target / "bin" / "python"),
+                    "-c",
+                    f"import marshal; marshal.loads(open({str(pyc)!r}, 'rb').read()[16:])",
+                ],
+                capture_output=True,
+            )
+            if ok.returncode != 0:
+                damaged.append(pyc)
+        assert damaged == []
+        assert run_envlock(root, "verify", "ct200").returncode == 0
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
