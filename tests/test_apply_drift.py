@@ -87,7 +87,7 @@ def test_a_truncated_pyc_is_reported_and_makes_apply_rebuild(tmp_path: Path, ref
 
 def _stopped_child(parent: int) -> int | None:
     """A descendant of ``parent`` stopped by SIGSTOP (the agent at its fault point), if any."""
-    children = {}
+    children: dict[int, list[tuple[int, str]]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -139,15 +139,15 @@ def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
         agent = _wait_stopped(proc)
         filler = small / "filler"
         free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
-        with open(filler, "wb") as out:  # leave 48 KiB: small .pyc files fit, a large one is cut short
-            out.write(b"\0" * (free - 48 * 1024))
+        with open(filler, "wb") as fill:  # leave 48 KiB: small .pyc files fit, a large one is cut short
+            fill.write(b"\0" * (free - 48 * 1024))
         os.kill(agent, signal.SIGCONT)
         while _stopped_child(proc.pid) is None:
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
         filler.unlink()
         os.kill(agent, signal.SIGCONT)
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         damaged = []
         for pyc in target.rglob("*.pyc"):
