@@ -11,7 +11,9 @@ host an alias, used by profiles as ``ssh = "<alias>"`` with
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -88,6 +90,7 @@ class SshRig:
                 f"AuthorizedKeysFile {authorized}\nPasswordAuthentication no\n"
                 "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                 f"PidFile {home / 'sshd.pid'}\nMaxSessions 50\nMaxStartups 50\n"
+                "AcceptEnv ENVLOCK_FAULT\n"  # the fault tests' hooks reach the agent on the host
             )
             log = home / "sshd.log"
             script = (
@@ -107,6 +110,7 @@ class SshRig:
                 f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
                 f"  IdentityFile {keys / 'client_key'}\n  IdentitiesOnly yes\n"
                 "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                "  SendEnv ENVLOCK_FAULT\n"
             )
         config += (
             f"Host wrongkey\n  HostName 127.0.0.1\n  Port {rig.hosts[aliases[0]].port}\n  User root\n"
@@ -134,6 +138,17 @@ class SshRig:
     def profile(self, alias: str, venv: str = VENV_PATH, extra: str = "") -> str:
         return f'venv = "{venv}"\nssh = "{alias}"\nssh_args = ["-F", "{self.config}"]\n{extra}'
 
+    def drop_connections(self, alias: str) -> int:
+        """Cut every SSH connection to the host, as a network failure would: kill its
+        per-connection sshd processes (not the listener, not what they started)."""
+        main = self.hosts[alias].proc.pid
+        killed = 0
+        for pid, comm in descendants(main):
+            if comm.startswith("sshd"):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        return killed
+
     def stop(self) -> None:
         for host in self.hosts.values():
             host.proc.terminate()
@@ -141,3 +156,31 @@ class SshRig:
                 host.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 host.proc.kill()
+
+
+def descendants(parent: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below ``parent``, from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 1 :].split()[1])
+        children.setdefault(ppid, []).append((int(stat.parent.name), comm))
+    found, todo = [], [parent]
+    while todo:
+        for pid, comm in children.get(todo.pop(), []):
+            found.append((pid, comm))
+            todo.append(pid)
+    return found
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (T: stopped), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 1 :].split()[0]

@@ -36,7 +36,7 @@ from envlock.agent.stamp import applied, read_stamp, stamp_matches
 from envlock.agent.swap import SwapError, recover, swap_in
 from envlock.agent.venvguard import path_refusal, replace_refusal
 
-__all__ = ["ApplyError", "applied", "rollback", "run_apply"]
+__all__ = ["ApplyError", "applied", "apply_status", "rollback", "run_apply"]
 
 MARKER = ".envlock-staging"
 
@@ -105,6 +105,39 @@ def _migrate_legacy(state: StateDir) -> Optional[str]:
         os.rename(legacy, state.previous)
         return "moved the rollback copy %s to %s" % (legacy, state.previous)
     return None
+
+
+# ------------------------------------------------------------------ status
+
+
+def apply_status(venv: str) -> Dict[str, Any]:
+    """Where the last apply of ``venv`` stands, for a controller whose session was cut.
+
+    Read only: ``running`` is the pid of an apply or rollback holding the
+    lock (probed with a shared lock, released at once); ``step`` is the
+    unfinished journal's; ``swapped`` whether the live venv is the one that
+    apply built; ``stamp_digest`` the lock last applied completely.
+    """
+    refused = path_refusal(venv)
+    if refused is not None:
+        raise ApplyError(refused)
+    state = StateDir(venv)
+    result: Dict[str, Any] = {"running": None, "step": None, "swapped": None, "stamp_digest": None}
+    if not os.path.isdir(state.root):
+        return result
+    if os.path.isfile(state.lock):
+        with open(state.lock) as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                result["running"] = handle.read().strip() or "?"
+    entry = journal.read(state)
+    if entry is not None:
+        result["step"] = entry["step"]
+        result["swapped"] = entry.get("new") is not None and ident(venv) == entry["new"]
+    stamp = read_stamp(state)
+    result["stamp_digest"] = stamp.get("digest") if stamp else None
+    return result
 
 
 # ------------------------------------------------------------------ rollback
