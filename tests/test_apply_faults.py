@@ -140,7 +140,8 @@ def test_kill_9_then_rerun_finishes_and_keeps_the_last_good_venv(
     assert scene.live() == getattr(scene, live_after_kill)
     # The agent died without a word: the controller asked the host how far it got.
     where = "before the swap: the live venv" if live_after_kill == "a" else "the new venv is swapped in at"
-    assert "; on the host: the apply stopped at " in proc.stderr and where in proc.stderr, proc.stderr
+    assert "the agent was killed by SIGKILL; on the host: " in proc.stderr, proc.stderr
+    assert where in proc.stderr, proc.stderr
     proc = envlock(scene.root, "apply", "ct200", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)["result"]["host_report"]

@@ -12,7 +12,9 @@ in atomically, keeping the old venv for ``envlock rollback``.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -351,6 +353,9 @@ def _what_the_host_reached(
     if isinstance(error, AgentReportedError):
         return error  # the agent said why itself, and where the venvs stand
     cause = str(error)
+    killed = re.search(r"exit status -(\d+)$", cause)
+    if killed is not None:  # the agent's process died of a signal: say which
+        cause = cause[: killed.start()] + f"the agent was killed by {_signal_name(int(killed.group(1)))}"
     if isinstance(error, TransportError):
         detail = cause.split(": ", 2)[-1]
         shown = "" if detail == "ssh failed" else f" ({detail})"
@@ -365,6 +370,13 @@ def _what_the_host_reached(
     except EnvlockError as exc:
         return type(error)(f"{cause}; the host could not be asked how far the apply got: {exc}")
     return type(error)(f"{cause}; on the host: {_describe_status(state, digest, profile)}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _apply_status(profile: HostProfile, python: str) -> dict[str, Any]:
@@ -387,9 +399,13 @@ def _describe_status(state: dict[str, Any], digest: str, profile: HostProfile) -
     if step in ("stage", "verify") or (step == "swap" and not state.get("swapped")):
         untouched = f"the live venv {profile.venv} is untouched"
         return f"the apply stopped at {step}, before the swap: {untouched}; {again}"
+    doing = {
+        "keep": "keeping the replaced venv as the rollback copy",
+        "cleanup": "deleting the older rollback copy",
+    }
     return (
         f"the new venv is swapped in at {profile.venv}, the apply stopped at {step} "
-        f"(keeping the replaced venv as the rollback copy); {again}"
+        f"({doing.get(str(step), 'writing the no-op stamp')}); {again}"
     )
 
 
