@@ -68,8 +68,9 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
         "refused": replace_refusal(venv, state.root, force),
         "exists": os.path.isdir(venv),
         "managed": managed(state.root),
-        # A venv from another tool: replaceable with --force, or when it is the lock's own.
-        "foreign": os.path.isfile(os.path.join(venv, "pyvenv.cfg")) and not managed(state.root),
+        # Refused only because another tool built it: --force, or being the lock's own venv, lets
+        # apply replace it.
+        "foreign": replace_refusal(venv, state.root, True) is None and not managed(state.root),
         "stamp_digest": stamp.get("digest") if stamp else None,
         "matches": False,
         "dists": None,
