@@ -224,3 +224,27 @@ def test_a_staging_dir_no_journal_explains_is_left_alone(scene: Scene) -> None:
     assert proc.returncode == 2
     assert "no apply journal explains it" in proc.stderr and "nothing was deleted" in proc.stderr
     assert listing(stray) == before and scene.live() == scene.a and scene.previous() == scene.z
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("ENOSPC:after:install", "the live venv"),
+        ("ENOSPC:before:verify", "the staged venv is kept at"),
+        ("ENOSPC:before:stamp", "the new venv is live at"),
+    ],
+)
+def test_a_full_disk_at_each_phase_says_so_and_the_next_apply_finishes(
+    scene: Scene, fault: str, says: str
+) -> None:
+    scene.reset()
+    proc = envlock(scene.root, "apply", "ct200", fault=fault)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "No space left on device" in proc.stderr, proc.stderr
+    assert says in proc.stderr, proc.stderr
+    assert scene.previous() in (scene.z, scene.a)
+    assert scene.live() == (scene.b if "stamp" in fault else scene.a)
+    proc = envlock(scene.root, "apply", "ct200")
+    assert proc.returncode == 0, proc.stderr
+    assert (scene.live(), scene.previous()) == (scene.b, scene.a)
+    scene.assert_settled()

@@ -453,8 +453,11 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             journal.clear(state)
             if isinstance(exc, SmokeFailed):
                 return _smoke_failure(plan, exc.report, kept)
-            if kept is not None and isinstance(exc, (ApplyError, OSError)):
-                raise ApplyError("%s; the staged venv is kept at %s" % (exc, kept)) from exc
+            if isinstance(exc, (ApplyError, OSError)):
+                shown = "; the staged venv is kept at %s" % kept if kept else ""
+                raise ApplyError(
+                    "%s; the live venv is untouched%s" % (_what_failed(step[0], exc), shown)
+                ) from exc
             raise
         try:
             previous = swap_in(state, plan["digest"])
@@ -532,6 +535,15 @@ def _build_and_check(
         raise SmokeFailed(smoked["_report"])
     fault("after", "verify")
     return {"placed": placed, "sources": sources, "verified": verified, "found": found, "smoke": smoked}
+
+
+def _what_failed(step: str, exc: BaseException) -> str:
+    """An error of a step before the swap, with the step named when the error does not."""
+    if not isinstance(exc, OSError) or isinstance(exc, ApplyError):
+        return str(exc)
+    where = " (%s)" % exc.filename if exc.filename else ""
+    doing = "building the staging venv" if step == "stage" else "verifying and smoking the staging venv"
+    return "%s: %s%s" % (doing, exc.strerror or exc, where)
 
 
 def _smoke_failure(plan: Dict[str, Any], report: Dict[str, Any], kept: Optional[str]) -> Dict[str, Any]:
