@@ -112,6 +112,13 @@ def record(state: StateDir, step: str, **facts: Any) -> Dict[str, Any]:
     return entry
 
 
+def sweep(state: StateDir) -> None:
+    """Remove temporary files a killed ``write_atomic`` left (the caller holds the lock)."""
+    for name in os.listdir(state.root):
+        if name.endswith(".tmp") and name.split(".", 1)[0] in ("journal", "applied"):
+            os.unlink(os.path.join(state.root, name))
+
+
 def clear(state: StateDir) -> None:
     if os.path.lexists(state.journal):
         os.unlink(state.journal)
