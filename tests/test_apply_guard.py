@@ -8,6 +8,7 @@ before and after, and no ``.envlock`` state appears anywhere.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -83,7 +84,17 @@ def test_the_agent_refuses_system_directories_on_its_own(tmp_path: Path) -> None
             assert proc.returncode == 2 and "venv / is a system directory" in proc.stderr, proc.stderr
         else:
             assert proc.returncode == 0 and "/usr is a system directory" in proc.stdout, proc.stdout
+    for venv in ("/", "/usr", str(Path.home())):
+        proc = subprocess.run(
+            [str(Path(ENVLOCK).parent / "python"), "-m", "envlock.agent", "apply"],
+            input=json.dumps({"venv": venv, "uv": "/nonexistent/uv", "force": True}),
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2 and f"venv {venv} is " in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == [] and not Path("/.envlock").exists()
+    assert not Path("/usr.envlock").exists() and not Path(f"{Path.home()}.envlock").exists()
 
 
 def test_home_and_above_are_refused(locked: Path, tmp_path: Path) -> None:
