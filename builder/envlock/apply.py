@@ -25,6 +25,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envlock.agent.journal import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
 from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
@@ -399,13 +400,9 @@ def _describe_status(state: dict[str, Any], digest: str, profile: HostProfile) -
     if step in ("stage", "verify") or (step == "swap" and not state.get("swapped")):
         untouched = f"the live venv {profile.venv} is untouched"
         return f"the apply stopped at {step}, before the swap: {untouched}; {again}"
-    doing = {
-        "keep": "keeping the replaced venv as the rollback copy",
-        "cleanup": "deleting the older rollback copy",
-    }
     return (
         f"the new venv is swapped in at {profile.venv}, the apply stopped at {step} "
-        f"({doing.get(str(step), 'writing the no-op stamp')}); {again}"
+        f"({AFTER_SWAP.get(str(step), '?')}); {again}"
     )
 
 

@@ -470,9 +470,11 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             shown = "; the staged venv is kept at %s" % kept if kept else ""
             raise ApplyError("%s; the live venv is untouched%s" % (exc, shown)) from exc
         except (OSError, JournalError) as exc:
+            entry = journal.read(state) or {"step": "stamp"}
             raise ApplyError(
-                "the new venv is live at %s, but keeping the replaced one as the rollback copy "
-                "failed: %s; the next apply or rollback finishes it" % (venv, exc)
+                "the new venv is live at %s, but the apply stopped at %s (%s): %s; "
+                "the next apply or rollback finishes it"
+                % (venv, entry["step"], journal.AFTER_SWAP.get(entry["step"], ""), exc)
             ) from exc
         # The files kept their inodes and times through the rename: the
         # hashes just verified are valid for the venv's own stat cache.
