@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from envlock.agent.bytecode import damaged_bytecode
 from envlock.agent.journal import StateDir, write_atomic
@@ -20,14 +20,15 @@ from envlock.agent.snapshot import walk
 from envlock.agent.venvguard import managed, path_refusal, replace_refusal
 
 
-def _stat_keys(venv: str) -> Dict[str, List[int]]:
-    files, _ = walk(venv)
-    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
+def _stat_keys(venv: str) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+    """Stat key of every file (bytecode aside) and target of every symlink, in one walk."""
+    files, links = walk(venv)
+    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}, links
 
 
 def write_stamp(state: StateDir, digest: str) -> None:
-    _, links = walk(state.venv)
-    write_atomic(state.stamp, {"digest": digest, "files": _stat_keys(state.venv), "links": links})
+    keys, links = _stat_keys(state.venv)
+    write_atomic(state.stamp, {"digest": digest, "files": keys, "links": links})
 
 
 def forget_stamp(state: StateDir) -> None:
@@ -47,8 +48,8 @@ def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:
 def stamp_matches(state: StateDir, digest: str, stamp: Optional[Dict[str, Any]]) -> bool:
     if stamp is None or stamp.get("digest") != digest or not os.path.isdir(state.venv):
         return False
-    _, links = walk(state.venv)
-    return bool(_stat_keys(state.venv) == stamp.get("files") and links == stamp.get("links"))
+    keys, links = _stat_keys(state.venv)
+    return bool(keys == stamp.get("files") and links == stamp.get("links"))
 
 
 def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
