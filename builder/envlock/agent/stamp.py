@@ -58,7 +58,8 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     ``refused`` says why apply must not touch the path (nothing else is
     looked at then); ``matches`` is the no-op answer; ``dists`` (for the
     plan) is read only when it is not; ``stamp_digest`` is the digest of the
-    lock last applied here; ``bytecode`` lists damaged ``.pyc`` files.
+    lock last applied here; ``bytecode`` lists damaged ``.pyc`` files (looked
+    for only in a venv that otherwise matches its stamp).
     """
     refused = path_refusal(venv)
     if refused is not None:
@@ -79,11 +80,11 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     }
     if result["refused"] is not None and not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         return result
-    if result["exists"]:
+    # An unfinished apply is never a no-op: the next apply finishes it. Bytecode
+    # is looked at last, only when all else says "no-op" (it costs the most).
+    if result["exists"] and not os.path.lexists(state.journal) and stamp_matches(state, digest, stamp):
         result["bytecode"] = [list(row) for row in damaged_bytecode(venv)]
-        # An unfinished apply is never a no-op: the next apply finishes it.
-        unfinished = os.path.lexists(state.journal)
-        result["matches"] = stamp_matches(state, digest, stamp) and not result["bytecode"] and not unfinished
+        result["matches"] = not result["bytecode"]
     if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv
