@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, run_envlock, walk_payload
+from helpers import ENVLOCK, make_venv, run_envlock, uv_install, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
@@ -165,3 +165,23 @@ def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
         assert run_envlock(root, "verify", "ct200").returncode == 0
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_apply_to_the_venv_a_lock_was_captured_from_shows_edits_since(
+    tmp_path: Path, reference: Reference
+) -> None:
+    """No stamp there (uv made it), but the lock was captured from it: edits since are drift."""
+    venv = make_venv(tmp_path / "venv")
+    uv_install(venv, "--index-url", reference.index.url, "idna==3.20")
+    root = tmp_path / "fleet"
+    write_profile(root, "cta", venv, reference.index.url)
+    assert run_envlock(root, "capture", "cta").returncode == 0
+    core = _site(venv) / "idna" / "core.py"
+    core.write_text(core.read_text() + "# tuned by hand\n")
+    proc = run_envlock(root, "apply", "cta")
+    assert proc.returncode == 1, proc.stderr
+    assert "site-packages/idna/core.py" in proc.stdout and "refusing to discard" in proc.stdout
+    proc = run_envlock(root, "apply", "cta", "--discard-drift")
+    assert proc.returncode == 0, proc.stderr
+    assert "# tuned by hand" not in core.read_text()
+    assert "# tuned by hand" in (_site(Path(f"{venv}.envlock/previous")) / "idna" / "core.py").read_text()
