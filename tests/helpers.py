@@ -199,3 +199,24 @@ def walk_payload(venv: Path) -> dict[str, str]:
         data = path.read_bytes().replace(str(venv).encode(), b"{venv}")
         result["bin/" + path.name] = hashlib.sha256(data).hexdigest()
     return result
+
+
+def content_listing(path: Path, skip_bytecode: bool = False) -> dict[str, str]:
+    """Every entry under ``path`` with its content: a file's sha256, a link's target, "dir".
+
+    Independent of envlock: what fault tests compare before and after.
+    """
+    import os
+
+    found: dict[str, str] = {}
+    for entry in sorted(path.rglob("*")):
+        if skip_bytecode and "__pycache__" in entry.parts:
+            continue
+        rel = str(entry.relative_to(path))
+        if entry.is_symlink():
+            found[rel] = "-> " + os.readlink(entry)
+        elif entry.is_dir():
+            found[rel] = "dir"
+        else:
+            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
+    return found

@@ -22,25 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, make_venv, run_envlock, uv_install
-
-
-def listing(path: Path) -> dict[str, str]:
-    """Every entry under ``path`` with its content (sha256, link target or "dir"); bytecode aside."""
-    import hashlib
-
-    found: dict[str, str] = {}
-    for entry in sorted(path.rglob("*")):
-        if "__pycache__" in entry.parts:
-            continue
-        rel = str(entry.relative_to(path))
-        if entry.is_symlink():
-            found[rel] = "-> " + os.readlink(entry)
-        elif entry.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
-    return found
+from helpers import ENVLOCK, content_listing, make_venv, run_envlock, uv_install
 
 
 def envlock(root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -68,10 +50,10 @@ class Scene:
             subprocess.run(["cp", "-a", str(self.pristine / path.name), str(path)], check=True)
 
     def live(self) -> dict[str, str]:
-        return listing(self.target)
+        return content_listing(self.target, skip_bytecode=True)
 
     def previous(self) -> dict[str, str]:
-        return listing(self.state / "previous")
+        return content_listing(self.state / "previous", skip_bytecode=True)
 
     def use_lock(self, host: str) -> None:
         for suffix in (".toml", ".files.tsv"):
@@ -99,7 +81,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Ite
     for host in ("ct129", "cta"):
         proc = run_envlock(root, "capture", host)
         assert proc.returncode == 0, proc.stderr
-    scene = Scene(root, target, Path(f"{target}.envlock"), base / "pristine", listing(target), {}, {})
+    z = content_listing(target, skip_bytecode=True)
+    scene = Scene(root, target, Path(f"{target}.envlock"), base / "pristine", z, {}, {})
     scene.use_lock("cta")
     proc = run_envlock(root, "apply", "ct200", "--force")
     assert proc.returncode == 0, proc.stderr
@@ -219,11 +202,12 @@ def test_a_staging_dir_no_journal_explains_is_left_alone(scene: Scene) -> None:
     scene.reset()
     stray = scene.state / "staging"
     shutil.copytree(scene.pristine / scene.target.name, stray, symlinks=True)
-    before = listing(stray)
+    before = content_listing(stray, skip_bytecode=True)
     proc = envlock(scene.root, "apply", "ct200")
     assert proc.returncode == 2
     assert "no apply journal explains it" in proc.stderr and "nothing was deleted" in proc.stderr
-    assert listing(stray) == before and scene.live() == scene.a and scene.previous() == scene.z
+    assert content_listing(stray, skip_bytecode=True) == before
+    assert (scene.live(), scene.previous()) == (scene.a, scene.z)
 
 
 @pytest.mark.parametrize(
