@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import descendants
+
 # Each host's private directory is bound here; the venv lives inside it so
 # that apply can rename it (a mount point itself cannot be renamed).
 HOST_ROOT = "/opt/envlock-test-host"
@@ -156,31 +158,3 @@ class SshRig:
                 host.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 host.proc.kill()
-
-
-def descendants(parent: int) -> list[tuple[int, str]]:
-    """(pid, command name) of every process below ``parent``, from /proc."""
-    children: dict[int, list[tuple[int, str]]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 1 :].split()[1])
-        children.setdefault(ppid, []).append((int(stat.parent.name), comm))
-    found, todo = [], [parent]
-    while todo:
-        for pid, comm in children.get(todo.pop(), []):
-            found.append((pid, comm))
-            todo.append(pid)
-    return found
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` (T: stopped), None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 1 :].split()[0]

@@ -7,11 +7,10 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, make_venv, run_envlock, uv_install, walk_payload
+from helpers import ENVLOCK, make_venv, run_envlock, uv_install, wait_stopped, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
@@ -85,34 +84,6 @@ def test_a_truncated_pyc_is_reported_and_makes_apply_rebuild(tmp_path: Path, ref
     assert run_envlock(root, "verify", "ct200").returncode == 0
 
 
-def _stopped_child(parent: int) -> int | None:
-    """A descendant of ``parent`` stopped by SIGSTOP (the agent at its fault point), if any."""
-    children: dict[int, list[tuple[int, str]]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[0]))
-    todo = [parent]
-    while todo:
-        for pid, state in children.get(todo.pop(), []):
-            if state == "T":
-                return pid
-            todo.append(pid)
-    return None
-
-
-def _wait_stopped(proc: subprocess.Popen[str]) -> int:
-    for _ in range(600):  # bounded: 60 s
-        pid = _stopped_child(proc.pid)
-        if pid is not None:
-            return pid
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    raise AssertionError("the agent never reached its fault point")
-
-
 def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
     tmp_path: Path, reference: Reference
 ) -> None:
@@ -136,15 +107,13 @@ def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
             text=True,
             env=env,
         )
-        agent = _wait_stopped(proc)
+        agent = wait_stopped(proc.pid, proc)
         filler = small / "filler"
         free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
         with open(filler, "wb") as fill:  # leave 48 KiB: small .pyc files fit, a large one is cut short
             fill.write(b"\0" * (free - 48 * 1024))
         os.kill(agent, signal.SIGCONT)
-        while _stopped_child(proc.pid) is None:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
+        assert wait_stopped(proc.pid, proc) == agent
         filler.unlink()
         os.kill(agent, signal.SIGCONT)
         _, err = proc.communicate(timeout=300)

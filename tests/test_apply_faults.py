@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, content_listing, make_venv, run_envlock, uv_install
+from helpers import ENVLOCK, content_listing, make_venv, run_envlock, uv_install, wait_stopped
 
 
 def envlock(root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -165,6 +166,36 @@ def test_a_swap_that_fails_with_ebusy_leaves_everything_as_it_was(scene: Scene) 
     scene.assert_settled()
     proc = envlock(scene.root, "apply", "ct200")
     assert proc.returncode == 0, proc.stderr
+    assert (scene.live(), scene.previous()) == (scene.b, scene.a)
+
+
+def test_a_venv_mounted_while_the_apply_runs_fails_the_swap_with_ebusy_and_is_left_as_it_was(
+    scene: Scene,
+) -> None:
+    """A real EBUSY: the venv becomes a mount point (a bind mount) just before the swap."""
+    scene.reset()
+    env = dict(os.environ, ENVLOCK_FAULT="stop:before:swap")
+    proc = subprocess.Popen(
+        [ENVLOCK, "apply", "ct200", "--root", str(scene.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    agent = wait_stopped(proc.pid, proc)
+    subprocess.run(["mount", "--bind", str(scene.target), str(scene.target)], check=True)
+    try:
+        os.kill(agent, signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2
+        assert "Device or resource busy" in err and "is a mount point or in use" in err, err
+        assert "the live venv is untouched" in err, err
+        assert (scene.live(), scene.previous()) == (scene.a, scene.z)
+        scene.assert_settled()
+    finally:
+        subprocess.run(["umount", str(scene.target)], check=True)
+    proc2 = envlock(scene.root, "apply", "ct200")
+    assert proc2.returncode == 0, proc2.stderr
     assert (scene.live(), scene.previous()) == (scene.b, scene.a)
 
 

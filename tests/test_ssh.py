@@ -19,8 +19,8 @@ from envlock.errors import EnvlockError
 from envlock.hosts import parse_profile
 from envlock.transfer import Item, push
 from envlock.transport import open_transport
-from helpers import ENVLOCK, UV, run_envlock
-from sshrig import HOST_ROOT, VENV_PATH, SshRig, descendants, process_state
+from helpers import ENVLOCK, UV, run_envlock, wait_stopped
+from sshrig import HOST_ROOT, VENV_PATH, SshRig
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -230,17 +230,6 @@ def test_apply_over_ssh_same_path_is_byte_identical(
     assert json.loads(again.stdout)["result"]["noop"] is True
 
 
-def _stopped_agent(rig: SshRig, alias: str, proc: subprocess.Popen[str]) -> int:
-    """The host agent, stopped at its ENVLOCK_FAULT point (bounded wait)."""
-    for _ in range(1200):
-        stopped = [pid for pid, comm in descendants(rig.hosts[alias].proc.pid) if process_state(pid) == "T"]
-        if stopped:
-            return stopped[0]
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    raise AssertionError("the agent never reached its fault point")
-
-
 def _drop_during_apply(
     rig: SshRig, reference: Reference, tmp_path: Path, fault: str, then: signal.Signals
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -261,7 +250,7 @@ def _drop_during_apply(
         text=True,
         env=dict(os.environ, ENVLOCK_FAULT=fault),
     )
-    agent = _stopped_agent(rig, "ct-b", proc)
+    agent = wait_stopped(rig.hosts["ct-b"].proc.pid, proc)
     assert rig.drop_connections("ct-b") > 0
     os.kill(agent, then)
     out, err = proc.communicate(timeout=300)
