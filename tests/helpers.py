@@ -9,6 +9,7 @@ import io
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -199,3 +200,66 @@ def walk_payload(venv: Path) -> dict[str, str]:
         data = path.read_bytes().replace(str(venv).encode(), b"{venv}")
         result["bin/" + path.name] = hashlib.sha256(data).hexdigest()
     return result
+
+
+def content_listing(path: Path, skip_bytecode: bool = False) -> dict[str, str]:
+    """Every entry under ``path`` with its content: a file's sha256, a link's target, "dir".
+
+    Independent of envlock: what fault tests compare before and after.
+    """
+    import os
+
+    found: dict[str, str] = {}
+    for entry in sorted(path.rglob("*")):
+        if skip_bytecode and "__pycache__" in entry.parts:
+            continue
+        rel = str(entry.relative_to(path))
+        if entry.is_symlink():
+            found[rel] = "-> " + os.readlink(entry)
+        elif entry.is_dir():
+            found[rel] = "dir"
+        else:
+            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
+    return found
+
+
+def descendants(parent: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below ``parent``, from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 1 :].split()[1])
+        children.setdefault(ppid, []).append((int(stat.parent.name), comm))
+    found, todo = [], [parent]
+    while todo:
+        for pid, comm in children.get(todo.pop(), []):
+            found.append((pid, comm))
+            todo.append(pid)
+    return found
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (T: stopped), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 1 :].split()[0]
+
+
+def wait_stopped(under: int, proc: subprocess.Popen[str]) -> int:
+    """A process below ``under`` stopped by SIGSTOP (an agent at its ENVLOCK_FAULT point).
+
+    Bounded: 60 s; fails at once if ``proc`` (what started it) ends first.
+    """
+    for _ in range(600):
+        stopped = [pid for pid, _ in descendants(under) if process_state(pid) == "T"]
+        if stopped:
+            return stopped[0]
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("no process reached its fault point")

@@ -11,12 +11,16 @@ host an alias, used by profiles as ``ssh = "<alias>"`` with
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from helpers import descendants
 
 # Each host's private directory is bound here; the venv lives inside it so
 # that apply can rename it (a mount point itself cannot be renamed).
@@ -88,6 +92,7 @@ class SshRig:
                 f"AuthorizedKeysFile {authorized}\nPasswordAuthentication no\n"
                 "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                 f"PidFile {home / 'sshd.pid'}\nMaxSessions 50\nMaxStartups 50\n"
+                "AcceptEnv ENVLOCK_FAULT\n"  # the fault tests' hooks reach the agent on the host
             )
             log = home / "sshd.log"
             script = (
@@ -107,6 +112,7 @@ class SshRig:
                 f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
                 f"  IdentityFile {keys / 'client_key'}\n  IdentitiesOnly yes\n"
                 "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                "  SendEnv ENVLOCK_FAULT\n"
             )
         config += (
             f"Host wrongkey\n  HostName 127.0.0.1\n  Port {rig.hosts[aliases[0]].port}\n  User root\n"
@@ -133,6 +139,17 @@ class SshRig:
 
     def profile(self, alias: str, venv: str = VENV_PATH, extra: str = "") -> str:
         return f'venv = "{venv}"\nssh = "{alias}"\nssh_args = ["-F", "{self.config}"]\n{extra}'
+
+    def drop_connections(self, alias: str) -> int:
+        """Cut every SSH connection to the host, as a network failure would: kill its
+        per-connection sshd processes (not the listener, not what they started)."""
+        main = self.hosts[alias].proc.pid
+        killed = 0
+        for pid, comm in descendants(main):
+            if comm.startswith("sshd"):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        return killed
 
     def stop(self) -> None:
         for host in self.hosts.values():

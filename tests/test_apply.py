@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, UV, make_venv, run_envlock, uv_install, walk_payload
+from helpers import ENVLOCK, UV, content_listing, make_venv, run_envlock, uv_install, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
@@ -34,20 +34,6 @@ def _apply(root: Path, host: str = "ct200", *extra: str) -> dict:
     proc = run_envlock(root, "apply", host, "--format", "json", *extra)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["result"]
-
-
-def _listing(path: Path) -> dict[str, str]:
-    """Every entry under ``path`` with its content: sha256 of a file, target of a link, "dir"."""
-    found: dict[str, str] = {}
-    for entry in sorted(path.rglob("*")):
-        rel = str(entry.relative_to(path))
-        if entry.is_symlink():
-            found[rel] = "-> " + os.readlink(entry)
-        elif entry.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
-    return found
 
 
 def _dists(venv: Path) -> set[str]:
@@ -233,7 +219,7 @@ def test_smoke_failure_stops_the_swap_and_keeps_the_staged_venv(tmp_path: Path, 
             'checks = ["from alpha import nothing_here", "import six.nope"]',
         )
     )
-    before = _listing(target)
+    before = content_listing(target)
     proc = run_envlock(root, "apply", "ct200", "--force")
     # A finding, reported as `envlock smoke` reports it: every failure, its class and its cause.
     assert proc.returncode == 1, proc.stderr
@@ -242,7 +228,7 @@ def test_smoke_failure_stops_the_swap_and_keeps_the_staged_venv(tmp_path: Path, 
     assert "2 failed" in proc.stdout and "None" not in proc.stdout, proc.stdout
     kept = Path(f"{target}.envlock/failed")
     assert f"the staged venv is kept at {kept}" in proc.stdout
-    assert _listing(target) == before
+    assert content_listing(target) == before
     assert not Path(f"{target}.envlock/staging").exists()
     # The kept venv is the staged one, there to be examined.
     assert "alpha" in _dists(kept)

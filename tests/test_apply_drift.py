@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import run_envlock, walk_payload
+from helpers import ENVLOCK, make_venv, run_envlock, uv_install, wait_stopped, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
@@ -81,3 +82,75 @@ def test_a_truncated_pyc_is_reported_and_makes_apply_rebuild(tmp_path: Path, ref
     fixed = subprocess.run([python, "-c", "import six"], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
     assert run_envlock(root, "verify", "ct200").returncode == 0
+
+
+def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
+    tmp_path: Path, reference: Reference
+) -> None:
+    """The disk fills exactly while the staged venv is smoked, and is freed before the swap."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(small)], check=True)
+    try:
+        root = tmp_path / "fleet"
+        target = small / "venv"
+        write_profile(root, "ct129", reference.venv, reference.index.url)
+        write_profile(root, "ct200", target, reference.index.url)
+        assert run_envlock(root, "capture", "ct129").returncode == 0
+        for suffix in (".toml", ".files.tsv"):
+            shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+        env = dict(os.environ, ENVLOCK_FAULT="stop:before:smoke,stop:after:smoke")
+        proc = subprocess.Popen(
+            [ENVLOCK, "apply", "ct200", "--root", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        agent = wait_stopped(proc.pid, proc)
+        filler = small / "filler"
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        with open(filler, "wb") as fill:  # leave 48 KiB: small .pyc files fit, a large one is cut short
+            fill.write(b"\0" * (free - 48 * 1024))
+        os.kill(agent, signal.SIGCONT)
+        assert wait_stopped(proc.pid, proc) == agent
+        filler.unlink()
+        os.kill(agent, signal.SIGCONT)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        damaged = []
+        for pyc in target.rglob("*.pyc"):
+            ok = subprocess.run(
+                [
+                    str(target / "bin" / "python"),
+                    "-c",
+                    f"import marshal; marshal.loads(open({str(pyc)!r}, 'rb').read()[16:])",
+                ],
+                capture_output=True,
+            )
+            if ok.returncode != 0:
+                damaged.append(pyc)
+        assert damaged == []
+        assert run_envlock(root, "verify", "ct200").returncode == 0
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_apply_to_the_venv_a_lock_was_captured_from_shows_edits_since(
+    tmp_path: Path, reference: Reference
+) -> None:
+    """No stamp there (uv made it), but the lock was captured from it: edits since are drift."""
+    venv = make_venv(tmp_path / "venv")
+    uv_install(venv, "--index-url", reference.index.url, "idna==3.20")
+    root = tmp_path / "fleet"
+    write_profile(root, "cta", venv, reference.index.url)
+    assert run_envlock(root, "capture", "cta").returncode == 0
+    core = _site(venv) / "idna" / "core.py"
+    core.write_text(core.read_text() + "# tuned by hand\n")
+    proc = run_envlock(root, "apply", "cta")
+    assert proc.returncode == 1, proc.stderr
+    assert "site-packages/idna/core.py" in proc.stdout and "refusing to discard" in proc.stdout
+    proc = run_envlock(root, "apply", "cta", "--discard-drift")
+    assert proc.returncode == 0, proc.stderr
+    assert "# tuned by hand" not in core.read_text()
+    assert "# tuned by hand" in (_site(Path(f"{venv}.envlock/previous")) / "idna" / "core.py").read_text()

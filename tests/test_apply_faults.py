@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,25 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, make_venv, run_envlock, uv_install
-
-
-def listing(path: Path) -> dict[str, str]:
-    """Every entry under ``path`` with its content (sha256, link target or "dir"); bytecode aside."""
-    import hashlib
-
-    found: dict[str, str] = {}
-    for entry in sorted(path.rglob("*")):
-        if "__pycache__" in entry.parts:
-            continue
-        rel = str(entry.relative_to(path))
-        if entry.is_symlink():
-            found[rel] = "-> " + os.readlink(entry)
-        elif entry.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
-    return found
+from helpers import ENVLOCK, content_listing, make_venv, run_envlock, uv_install, wait_stopped
 
 
 def envlock(root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -68,10 +51,10 @@ class Scene:
             subprocess.run(["cp", "-a", str(self.pristine / path.name), str(path)], check=True)
 
     def live(self) -> dict[str, str]:
-        return listing(self.target)
+        return content_listing(self.target, skip_bytecode=True)
 
     def previous(self) -> dict[str, str]:
-        return listing(self.state / "previous")
+        return content_listing(self.state / "previous", skip_bytecode=True)
 
     def use_lock(self, host: str) -> None:
         for suffix in (".toml", ".files.tsv"):
@@ -99,7 +82,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Ite
     for host in ("ct129", "cta"):
         proc = run_envlock(root, "capture", host)
         assert proc.returncode == 0, proc.stderr
-    scene = Scene(root, target, Path(f"{target}.envlock"), base / "pristine", listing(target), {}, {})
+    z = content_listing(target, skip_bytecode=True)
+    scene = Scene(root, target, Path(f"{target}.envlock"), base / "pristine", z, {}, {})
     scene.use_lock("cta")
     proc = run_envlock(root, "apply", "ct200", "--force")
     assert proc.returncode == 0, proc.stderr
@@ -138,6 +122,10 @@ def test_kill_9_then_rerun_finishes_and_keeps_the_last_good_venv(
     proc = envlock(scene.root, "apply", "ct200", fault=fault)
     assert proc.returncode == 2, proc.stdout
     assert scene.live() == getattr(scene, live_after_kill)
+    # The agent died without a word: the controller asked the host how far it got.
+    where = "before the swap: the live venv" if live_after_kill == "a" else "the new venv is swapped in at"
+    assert "killed by signal 9 (SIGKILL); on the host: " in proc.stderr, proc.stderr
+    assert where in proc.stderr, proc.stderr
     proc = envlock(scene.root, "apply", "ct200", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)["result"]["host_report"]
@@ -181,6 +169,36 @@ def test_a_swap_that_fails_with_ebusy_leaves_everything_as_it_was(scene: Scene) 
     assert (scene.live(), scene.previous()) == (scene.b, scene.a)
 
 
+def test_a_venv_mounted_while_the_apply_runs_fails_the_swap_with_ebusy_and_is_left_as_it_was(
+    scene: Scene,
+) -> None:
+    """A real EBUSY: the venv becomes a mount point (a bind mount) just before the swap."""
+    scene.reset()
+    env = dict(os.environ, ENVLOCK_FAULT="stop:before:swap")
+    proc = subprocess.Popen(
+        [ENVLOCK, "apply", "ct200", "--root", str(scene.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    agent = wait_stopped(proc.pid, proc)
+    subprocess.run(["mount", "--bind", str(scene.target), str(scene.target)], check=True)
+    try:
+        os.kill(agent, signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2
+        assert "Device or resource busy" in err and "is a mount point or in use" in err, err
+        assert "the live venv is untouched" in err, err
+        assert (scene.live(), scene.previous()) == (scene.a, scene.z)
+        scene.assert_settled()
+    finally:
+        subprocess.run(["umount", str(scene.target)], check=True)
+    proc2 = envlock(scene.root, "apply", "ct200")
+    assert proc2.returncode == 0, proc2.stderr
+    assert (scene.live(), scene.previous()) == (scene.b, scene.a)
+
+
 def test_a_failure_after_the_swap_is_finished_by_the_next_run(scene: Scene) -> None:
     scene.reset()
     proc = envlock(scene.root, "apply", "ct200", fault="EBUSY:before:keep")
@@ -215,8 +233,33 @@ def test_a_staging_dir_no_journal_explains_is_left_alone(scene: Scene) -> None:
     scene.reset()
     stray = scene.state / "staging"
     shutil.copytree(scene.pristine / scene.target.name, stray, symlinks=True)
-    before = listing(stray)
+    before = content_listing(stray, skip_bytecode=True)
     proc = envlock(scene.root, "apply", "ct200")
     assert proc.returncode == 2
     assert "no apply journal explains it" in proc.stderr and "nothing was deleted" in proc.stderr
-    assert listing(stray) == before and scene.live() == scene.a and scene.previous() == scene.z
+    assert content_listing(stray, skip_bytecode=True) == before
+    assert (scene.live(), scene.previous()) == (scene.a, scene.z)
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("ENOSPC:after:install", "the live venv"),
+        ("ENOSPC:before:verify", "the staged venv is kept at"),
+        ("ENOSPC:before:stamp", "the new venv is live at"),
+    ],
+)
+def test_a_full_disk_at_each_phase_says_so_and_the_next_apply_finishes(
+    scene: Scene, fault: str, says: str
+) -> None:
+    scene.reset()
+    proc = envlock(scene.root, "apply", "ct200", fault=fault)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "No space left on device" in proc.stderr, proc.stderr
+    assert says in proc.stderr, proc.stderr
+    assert scene.previous() in (scene.z, scene.a)
+    assert scene.live() == (scene.b if "stamp" in fault else scene.a)
+    proc = envlock(scene.root, "apply", "ct200")
+    assert proc.returncode == 0, proc.stderr
+    assert (scene.live(), scene.previous()) == (scene.b, scene.a)
+    scene.assert_settled()

@@ -7,7 +7,7 @@ before and after, and no ``.envlock`` state appears anywhere.
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,20 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, make_venv, run_envlock
-
-
-def tree(path: Path) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for entry in sorted(path.rglob("*")):
-        rel = str(entry.relative_to(path))
-        if entry.is_symlink():
-            found[rel] = "-> " + os.readlink(entry)
-        elif entry.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(entry.read_bytes()).hexdigest()
-    return found
+from helpers import ENVLOCK, content_listing, make_venv, run_envlock
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +70,17 @@ def test_the_agent_refuses_system_directories_on_its_own(tmp_path: Path) -> None
             assert proc.returncode == 2 and "venv / is a system directory" in proc.stderr, proc.stderr
         else:
             assert proc.returncode == 0 and "/usr is a system directory" in proc.stdout, proc.stdout
+    for venv in ("/", "/usr", str(Path.home())):
+        proc = subprocess.run(
+            [str(Path(ENVLOCK).parent / "python"), "-m", "envlock.agent", "apply"],
+            input=json.dumps({"venv": venv, "uv": "/nonexistent/uv", "force": True}),
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2 and f"venv {venv} is " in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == [] and not Path("/.envlock").exists()
+    assert not Path("/usr.envlock").exists() and not Path(f"{Path.home()}.envlock").exists()
 
 
 def test_home_and_above_are_refused(locked: Path, tmp_path: Path) -> None:
@@ -91,46 +88,46 @@ def test_home_and_above_are_refused(locked: Path, tmp_path: Path) -> None:
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text("secret\n")
     (home / "pyvenv.cfg").write_text("home = /usr/bin\n")  # even one that looks like a venv
-    before = tree(tmp_path)
+    before = content_listing(tmp_path)
     for venv in (home, home.parent):
         proc = apply_to(locked, venv, "--force", home=home)
         assert proc.returncode == 2
         assert "is the home directory" in proc.stderr and "or above it" in proc.stderr, proc.stderr
-    assert tree(tmp_path) == before
+    assert content_listing(tmp_path) == before
 
 
 def test_a_directory_that_is_not_a_venv_is_never_replaced(locked: Path, tmp_path: Path) -> None:
     documents = tmp_path / "Documents"
     (documents / "taxes").mkdir(parents=True)
     (documents / "taxes" / "2025.pdf").write_bytes(b"%PDF-1.7\n")
-    before = tree(tmp_path)
+    before = content_listing(tmp_path)
     for extra in ((), ("--force",)):
         proc = apply_to(locked, documents, *extra)
         assert proc.returncode == 2
         assert f"{documents} is not a venv (no pyvenv.cfg) and not empty" in proc.stderr, proc.stderr
-    assert tree(tmp_path) == before
+    assert content_listing(tmp_path) == before
 
 
 def test_a_symlinked_venv_is_refused(locked: Path, tmp_path: Path) -> None:
     real = make_venv(tmp_path / "real-venv")
     (tmp_path / "venv").symlink_to(real)
-    before = tree(tmp_path)
+    before = content_listing(tmp_path)
     proc = apply_to(locked, tmp_path / "venv", "--force")
     assert proc.returncode == 2 and "is a symlink" in proc.stderr, proc.stderr
-    assert tree(tmp_path) == before
+    assert content_listing(tmp_path) == before
 
 
 def test_another_tools_venv_needs_force_and_is_then_kept(locked: Path, tmp_path: Path) -> None:
     theirs = make_venv(tmp_path / "venv")
     (theirs / "notes.txt").write_text("mine\n")
-    before = tree(theirs)
+    before = content_listing(theirs)
     proc = apply_to(locked, theirs)
     assert proc.returncode == 2
     assert "is a venv that envlock did not build" in proc.stderr and "--force" in proc.stderr
-    assert tree(theirs) == before and not (tmp_path / "venv.envlock").exists()
+    assert content_listing(theirs) == before and not (tmp_path / "venv.envlock").exists()
     proc = apply_to(locked, theirs, "--force")
     assert proc.returncode == 0, proc.stderr
-    assert tree(tmp_path / "venv.envlock" / "previous") == before
+    assert content_listing(tmp_path / "venv.envlock" / "previous") == before
     # Once envlock has built the venv, no --force is needed.
     (locked / "locks" / "pylock.ct200.toml").touch()
     proc = apply_to(locked, theirs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,8 +19,8 @@ from envlock.errors import EnvlockError
 from envlock.hosts import parse_profile
 from envlock.transfer import Item, push
 from envlock.transport import open_transport
-from helpers import ENVLOCK, UV, run_envlock
-from sshrig import VENV_PATH, SshRig
+from helpers import ENVLOCK, UV, run_envlock, wait_stopped
+from sshrig import HOST_ROOT, VENV_PATH, SshRig
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -228,3 +230,52 @@ def test_apply_over_ssh_same_path_is_byte_identical(
     assert smoke.stdout.strip() == "alpha", smoke.stderr
     again = run_envlock(root, "apply", "ct200", "--format", "json")
     assert json.loads(again.stdout)["result"]["noop"] is True
+
+
+def _drop_during_apply(
+    rig: SshRig, reference: Reference, tmp_path: Path, fault: str, then: signal.Signals
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Apply to a fresh venv on ct-b; cut the SSH connection while the agent waits at ``fault``;
+    then continue (SIGCONT) or kill (SIGKILL) the agent, as the host would have gone on."""
+    venv = f"{HOST_ROOT}/drop-{then.name.lower()}"
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a", extra=index))
+    (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-b", venv=venv, extra=index))
+    assert run_envlock(root, "capture", "ct129").returncode == 0
+    for suffix in (".toml", ".files.tsv"):
+        locks = root / "locks"
+        (locks / f"pylock.ct200{suffix}").write_bytes((locks / f"pylock.ct129{suffix}").read_bytes())
+    proc = subprocess.Popen(
+        [ENVLOCK, "apply", "ct200", "--root", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, ENVLOCK_FAULT=fault),
+    )
+    agent = wait_stopped(rig.hosts["ct-b"].proc.pid, proc)
+    assert rig.drop_connections("ct-b") > 0
+    os.kill(agent, then)
+    out, err = proc.communicate(timeout=300)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done, rig.hosts["ct-b"].root / Path(venv).name
+
+
+def test_ssh_drop_after_which_the_host_finished_says_so(
+    rig: SshRig, reference: Reference, tmp_path: Path
+) -> None:
+    done, venv = _drop_during_apply(rig, reference, tmp_path, "stop:before:swap", signal.SIGCONT)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "host ct200: the connection was lost during the apply; on the host: " in done.stderr, done.stderr
+    assert "the apply finished: the new venv is swapped in at" in done.stderr, done.stderr
+    assert (venv / "bin" / "alpha").is_file()
+
+
+def test_ssh_drop_after_which_the_host_stopped_says_the_venv_is_untouched(
+    rig: SshRig, reference: Reference, tmp_path: Path
+) -> None:
+    done, venv = _drop_during_apply(rig, reference, tmp_path, "stop:before:verify", signal.SIGKILL)
+    assert done.returncode == 2
+    assert "the connection was lost during the apply" in done.stderr, done.stderr
+    assert "on the host: the apply stopped at verify, before the swap" in done.stderr, done.stderr
+    assert "is untouched" in done.stderr and not venv.exists()

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,8 +24,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envlock.agent.journal import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
-from envlock.errors import EnvlockError, ExitCode, LockError
+from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
@@ -359,8 +361,8 @@ def _apply(
     step(f"push what {profile.name} lacks")
     pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, on_progress=on_progress, python=python)
     step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
-    report = json.loads(
-        run_agent(
+    try:
+        raw = run_agent(
             transport,
             profile.venv,
             ["apply", *(["--jobs", str(options.jobs)] if options.jobs else [])],
@@ -368,7 +370,9 @@ def _apply(
             on_progress=on_progress,
             python=python,
         )
-    )
+    except EnvlockError as exc:
+        raise _what_the_host_reached(profile, python, lock.digest, exc) from exc
+    report = json.loads(raw)
     result = ApplyResult(
         profile.name, profile.venv, False, False, changes, len(pushed.sent), pushed.bytes_sent, report
     )
@@ -388,6 +392,59 @@ def _prompt(pyvenv: Mapping[str, str]) -> str | None:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
     return value
+
+
+STATUS_POLLS = 60  # seconds to wait for an apply still running on the host after its session was cut
+
+
+def _what_the_host_reached(
+    profile: HostProfile, python: str, digest: str, error: EnvlockError
+) -> EnvlockError:
+    """The apply's session ended without an answer: ask the host (a new connection) how far
+    the apply got, so the message says whether the venv was swapped in."""
+    if isinstance(error, AgentReportedError):
+        return error  # the agent said why itself, and where the venvs stand
+    cause = str(error)  # a killed agent is already named by its signal (transport.describe_exit)
+    if isinstance(error, TransportError):
+        detail = cause.split(": ", 2)[-1]
+        shown = "" if detail == "ssh failed" else f" ({detail})"
+        cause = f"host {profile.name}: the connection was lost during the apply{shown}"
+    try:
+        state = _apply_status(profile, python)
+        for _ in range(STATUS_POLLS):
+            if state.get("running") is None:
+                break
+            time.sleep(1)
+            state = _apply_status(profile, python)
+    except EnvlockError as exc:
+        return type(error)(f"{cause}; the host could not be asked how far the apply got: {exc}")
+    return type(error)(f"{cause}; on the host: {_describe_status(state, digest, profile)}")
+
+
+def _apply_status(profile: HostProfile, python: str) -> dict[str, Any]:
+    with open_transport(profile) as transport:
+        state: dict[str, Any] = json.loads(
+            run_agent(transport, profile.venv, ["apply-status", "--venv", profile.venv], python=python)
+        )
+    return state
+
+
+def _describe_status(state: dict[str, Any], digest: str, profile: HostProfile) -> str:
+    again = f"`envlock apply {profile.name}` again finishes or cleans up"
+    if state.get("running") is not None:
+        return f"the apply is still running (pid {state['running']}); {again} once it ends"
+    step = state.get("step")
+    if step is None:
+        if state.get("stamp_digest") == digest:
+            return f"the apply finished: the new venv is swapped in at {profile.venv}"
+        return f"the apply stopped before the swap: the live venv {profile.venv} is untouched"
+    if step in ("stage", "verify") or (step == "swap" and not state.get("swapped")):
+        untouched = f"the live venv {profile.venv} is untouched"
+        return f"the apply stopped at {step}, before the swap: {untouched}; {again}"
+    return (
+        f"the new venv is swapped in at {profile.venv}, the apply stopped at {step} "
+        f"({AFTER_SWAP.get(str(step), '?')}); {again}"
+    )
 
 
 def _as_stdin(data: bytes) -> Any:

@@ -37,8 +37,16 @@ class IndexError_(EnvlockError):
     """A package index could not be read."""
 
 
+class TransportError(EnvlockError):
+    """The connection to a host could not be made, or was lost."""
+
+
 class AgentError(EnvlockError):
     """The agent on a host failed; carries its stderr."""
+
+
+class AgentReportedError(AgentError):
+    """The agent stopped and said why itself (an ``envlock-agent: error:`` line)."""
 
 
 class ResolveError(EnvlockError):

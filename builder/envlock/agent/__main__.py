@@ -33,6 +33,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     applied_p.add_argument("--venv", required=True)
     applied_p.add_argument("--digest", required=True)
     applied_p.add_argument("--force", action="store_true", help="a venv from another tool may be replaced")
+    status_p = sub.add_parser("apply-status", help="where the last apply of VENV stands (read only)")
+    status_p.add_argument("--venv", required=True)
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
     source_p = sub.add_parser(
@@ -85,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from envlock.agent.receive import receive
 
             _emit({"received": receive(args.dir, sys.stdin.buffer)})
-        elif args.command in ("apply", "applied", "rollback"):
+        elif args.command in ("apply", "applied", "apply-status", "rollback"):
             from envlock.agent import apply as host_apply
 
             if args.command == "apply":
@@ -93,6 +95,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
             elif args.command == "applied":
                 _emit(host_apply.applied(args.venv, args.digest, force=args.force))
+            elif args.command == "apply-status":
+                _emit(host_apply.apply_status(args.venv))
             else:
                 _emit(host_apply.rollback(args.venv))
         elif args.command == "pack-source":

@@ -41,9 +41,8 @@ from envlock.agent.stamp import applied, read_stamp, stamp_matches
 from envlock.agent.swap import SwapError, recover, swap_in
 from envlock.agent.venvguard import path_refusal, replace_refusal
 
-__all__ = ["ApplyError", "applied", "rollback", "run_apply"]
+__all__ = ["ApplyError", "applied", "apply_status", "rollback", "run_apply"]
 
-MARKER = ".envlock-staging"
 
 
 class ApplyError(Exception):
@@ -110,6 +109,39 @@ def _migrate_legacy(state: StateDir) -> Optional[str]:
         os.rename(legacy, state.previous)
         return "moved the rollback copy %s to %s" % (legacy, state.previous)
     return None
+
+
+# ------------------------------------------------------------------ status
+
+
+def apply_status(venv: str) -> Dict[str, Any]:
+    """Where the last apply of ``venv`` stands, for a controller whose session was cut.
+
+    Read only: ``running`` is the pid of an apply or rollback holding the
+    lock (probed with a shared lock, released at once); ``step`` is the
+    unfinished journal's; ``swapped`` whether the live venv is the one that
+    apply built; ``stamp_digest`` the lock last applied completely.
+    """
+    refused = path_refusal(venv)
+    if refused is not None:
+        raise ApplyError(refused)
+    state = StateDir(venv)
+    result: Dict[str, Any] = {"running": None, "step": None, "swapped": None, "stamp_digest": None}
+    if not os.path.isdir(state.root):
+        return result
+    if os.path.isfile(state.lock):
+        with open(state.lock) as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                result["running"] = handle.read().strip() or "?"
+    entry = journal.read(state)
+    if entry is not None:
+        result["step"] = entry["step"]
+        result["swapped"] = entry.get("new") is not None and ident(venv) == entry["new"]
+    stamp = read_stamp(state)
+    result["stamp_digest"] = stamp.get("digest") if stamp else None
+    return result
 
 
 # ------------------------------------------------------------------ rollback
@@ -221,8 +253,6 @@ def create_staging(plan: Dict[str, Any], staging: str) -> None:
         _run([plan["uv"], "venv", "-q", *prompt, "--python", base, staging], "creating the staging venv")
     else:
         _run([base, "-m", "venv", "--without-pip", *prompt, staging], "creating the staging venv")
-    with open(os.path.join(staging, MARKER), "w") as marker:
-        marker.write(str(os.getpid()))
 
 
 def install(plan: Dict[str, Any], staging: str) -> None:
@@ -230,7 +260,7 @@ def install(plan: Dict[str, Any], staging: str) -> None:
     for wheel in plan["wheels"]:
         path = os.path.expanduser(wheel["path"])
         lines.append("%s @ file://%s --hash=sha256:%s" % (wheel["name"], path, wheel["sha256"]))
-    requirements = sibling(plan["venv"], ".envlock-requirements.txt")
+    requirements = os.path.join(StateDir(plan["venv"]).root, "requirements.txt")
     with open(requirements, "w") as out:
         out.write("\n".join(lines) + "\n")
     try:
@@ -453,7 +483,7 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
     problems: List[str] = []
     seen = set()
     for rel, sha, size, executable in found["files"]:
-        if is_bytecode(rel) or is_bookkeeping(rel) or is_scaffold(rel) or rel == MARKER:
+        if is_bytecode(rel) or is_bookkeeping(rel) or is_scaffold(rel):
             continue
         if rel in normalized:
             sha, size = normalized[rel]
@@ -584,11 +614,6 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             previous = state.previous if os.path.isdir(state.previous) else None
             return {"venv": venv, "previous": previous, "recovered": "; ".join(notes), "finished": True}
         _drop(state.failed)  # kept by the last apply for examination, until this one
-        if os.path.ismount(venv):
-            raise ApplyError(
-                "%s is a mount point: envlock swaps a venv in by renaming its directory; "
-                "make the venv a directory inside the mounted volume" % venv
-            )
         check_space(venv, sum(row[2] for row in plan["expected"]))
         timings: Dict[str, float] = {}
         clock = [time.time()]
@@ -610,8 +635,11 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             journal.clear(state)
             if isinstance(exc, SmokeFailed):
                 return _smoke_failure(plan, exc.report, kept)
-            if kept is not None and isinstance(exc, (ApplyError, OSError)):
-                raise ApplyError("%s; the staged venv is kept at %s" % (exc, kept)) from exc
+            if isinstance(exc, (ApplyError, OSError)):
+                shown = "; the staged venv is kept at %s" % kept if kept else ""
+                raise ApplyError(
+                    "%s; the live venv is untouched%s" % (_what_failed(step[0], exc), shown)
+                ) from exc
             raise
         try:
             previous = swap_in(state, plan["digest"])
@@ -624,9 +652,11 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             shown = "; the staged venv is kept at %s" % kept if kept else ""
             raise ApplyError("%s; the live venv is untouched%s" % (exc, shown)) from exc
         except (OSError, JournalError) as exc:
+            entry = journal.read(state) or {"step": "stamp"}
             raise ApplyError(
-                "the new venv is live at %s, but keeping the replaced one as the rollback copy "
-                "failed: %s; the next apply or rollback finishes it" % (venv, exc)
+                "the new venv is live at %s, but the apply stopped at %s (%s): %s; "
+                "the next apply or rollback finishes it"
+                % (venv, entry["step"], journal.AFTER_SWAP.get(entry["step"], ""), exc)
             ) from exc
         # The files kept their inodes and times through the rename: the
         # hashes just verified are valid for the venv's own stat cache.
@@ -658,7 +688,6 @@ def _build_and_check(
     progress("stage", 0, 1, "creating the staging venv")
     fault("before", "stage")
     create_staging(plan, staging)
-    _drop(os.path.join(staging, MARKER))  # the journal, not a marker, says what staging/ is
     fault("after", "stage")
     lap("stage")
     progress("install", 0, len(plan["wheels"]))
@@ -689,6 +718,15 @@ def _build_and_check(
         raise SmokeFailed(smoked["_report"])
     fault("after", "verify")
     return {"placed": placed, "sources": sources, "verified": verified, "found": found, "smoke": smoked}
+
+
+def _what_failed(step: str, exc: BaseException) -> str:
+    """An error of a step before the swap, with the step named when the error does not."""
+    if not isinstance(exc, OSError) or isinstance(exc, ApplyError):
+        return str(exc)
+    where = " (%s)" % exc.filename if exc.filename else ""
+    doing = "building the staging venv" if step == "stage" else "verifying and smoking the staging venv"
+    return "%s: %s%s" % (doing, exc.strerror or exc, where)
 
 
 def _smoke_failure(plan: Dict[str, Any], report: Dict[str, Any], kept: Optional[str]) -> Dict[str, Any]:

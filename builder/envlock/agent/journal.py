@@ -34,6 +34,13 @@ import signal
 from typing import Any, Dict, List, Optional
 
 STEPS = ("stage", "verify", "swap", "keep", "cleanup", "stamp")
+# What each step after the exchange does, for messages about an apply stopped there.
+AFTER_SWAP = {
+    "swap": "swapping the new venv in",
+    "keep": "keeping the replaced venv as the rollback copy",
+    "cleanup": "deleting the older rollback copy",
+    "stamp": "writing the no-op stamp",
+}
 FAULT_POINTS = ("stage", "install", "verify", "smoke", "swap", "keep", "cleanup", "stamp")
 
 Ident = List[int]  # [st_dev, st_ino] of a directory
@@ -110,6 +117,13 @@ def record(state: StateDir, step: str, **facts: Any) -> Dict[str, Any]:
     entry["pid"] = os.getpid()
     write_atomic(state.journal, entry)
     return entry
+
+
+def sweep(state: StateDir) -> None:
+    """Remove temporary files a killed ``write_atomic`` left (the caller holds the lock)."""
+    for name in os.listdir(state.root):
+        if name.endswith(".tmp") and name.split(".", 1)[0] in ("journal", "applied"):
+            os.unlink(os.path.join(state.root, name))
 
 
 def clear(state: StateDir) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from envlock.agent.bytecode import damaged_bytecode
 from envlock.agent.journal import StateDir, write_atomic
@@ -20,14 +20,15 @@ from envlock.agent.snapshot import walk
 from envlock.agent.venvguard import managed, path_refusal, replace_refusal
 
 
-def _stat_keys(venv: str) -> Dict[str, List[int]]:
-    files, _ = walk(venv)
-    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}
+def _stat_keys(venv: str) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+    """Stat key of every file (bytecode aside) and target of every symlink, in one walk."""
+    files, links = walk(venv)
+    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}, links
 
 
 def write_stamp(state: StateDir, digest: str) -> None:
-    _, links = walk(state.venv)
-    write_atomic(state.stamp, {"digest": digest, "files": _stat_keys(state.venv), "links": links})
+    keys, links = _stat_keys(state.venv)
+    write_atomic(state.stamp, {"digest": digest, "files": keys, "links": links})
 
 
 def forget_stamp(state: StateDir) -> None:
@@ -47,8 +48,8 @@ def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:
 def stamp_matches(state: StateDir, digest: str, stamp: Optional[Dict[str, Any]]) -> bool:
     if stamp is None or stamp.get("digest") != digest or not os.path.isdir(state.venv):
         return False
-    _, links = walk(state.venv)
-    return bool(_stat_keys(state.venv) == stamp.get("files") and links == stamp.get("links"))
+    keys, links = _stat_keys(state.venv)
+    return bool(keys == stamp.get("files") and links == stamp.get("links"))
 
 
 def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
@@ -57,7 +58,8 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     ``refused`` says why apply must not touch the path (nothing else is
     looked at then); ``matches`` is the no-op answer; ``dists`` (for the
     plan) is read only when it is not; ``stamp_digest`` is the digest of the
-    lock last applied here; ``bytecode`` lists damaged ``.pyc`` files.
+    lock last applied here; ``bytecode`` lists damaged ``.pyc`` files (looked
+    for only in a venv that otherwise matches its stamp).
     """
     refused = path_refusal(venv)
     if refused is not None:
@@ -68,8 +70,9 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
         "refused": replace_refusal(venv, state.root, force),
         "exists": os.path.isdir(venv),
         "managed": managed(state.root),
-        # A venv from another tool: replaceable with --force, or when it is the lock's own.
-        "foreign": os.path.isfile(os.path.join(venv, "pyvenv.cfg")) and not managed(state.root),
+        # Refused only because another tool built it: --force, or being the lock's own venv, lets
+        # apply replace it.
+        "foreign": replace_refusal(venv, state.root, True) is None and not managed(state.root),
         "stamp_digest": stamp.get("digest") if stamp else None,
         "matches": False,
         "dists": None,
@@ -77,11 +80,11 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     }
     if result["refused"] is not None and not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         return result
-    if result["exists"]:
+    # An unfinished apply is never a no-op: the next apply finishes it. Bytecode
+    # is looked at last, only when all else says "no-op" (it costs the most).
+    if result["exists"] and not os.path.lexists(state.journal) and stamp_matches(state, digest, stamp):
         result["bytecode"] = [list(row) for row in damaged_bytecode(venv)]
-        # An unfinished apply is never a no-op: the next apply finishes it.
-        unfinished = os.path.lexists(state.journal)
-        result["matches"] = stamp_matches(state, digest, stamp) and not result["bytecode"] and not unfinished
+        result["matches"] = not result["bytecode"]
     if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv

@@ -125,6 +125,7 @@ def _unexplained(state: StateDir, what: str) -> JournalError:
 
 def recover(state: StateDir) -> Optional[str]:
     """Finish or undo an apply that was killed; say what was done, if anything."""
+    journal.sweep(state)
     entry = journal.read(state)
     if entry is None:
         if os.path.lexists(state.staging):

@@ -10,6 +10,7 @@ the venv included) and by the controller before it connects:
   ``/``, a system prefix, the user's home or a directory above it;
 - the venv itself is not a symlink (the swap would move the link, not the
   venv behind it);
+- the venv is not a mount point (the swap renames it);
 - an existing directory is empty, or a venv (``pyvenv.cfg``) that envlock
   built (its state directory says so) or that ``--force`` lets apply
   replace; a non-empty directory that is not a venv is never replaced.
@@ -110,6 +111,11 @@ def replace_refusal(venv: str, state_dir: str, force: bool) -> Optional[str]:
         return None
     if not os.path.isdir(venv):
         return "venv %s exists and is not a directory: apply will not replace it" % venv
+    if os.path.ismount(venv):
+        return (
+            "%s is a mount point: envlock swaps a venv in by renaming its directory; "
+            "make the venv a directory inside the mounted volume" % venv
+        )
     if not os.listdir(venv):
         return None
     if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):

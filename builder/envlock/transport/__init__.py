@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from envlock.agent import describe_exit
-from envlock.errors import AgentError, EnvlockError
+from envlock.errors import AgentError, AgentReportedError, EnvlockError
 from envlock.hosts import HostProfile
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -149,7 +149,7 @@ def _run_agent_once(
     if proc.returncode != 0:
         reported = [e for e in errors if e.startswith(AGENT_ERROR)]
         if reported:
-            raise AgentError(f"host {transport.host}: {reported[-1][len(AGENT_ERROR) :]}")
+            raise AgentReportedError(f"host {transport.host}: {reported[-1][len(AGENT_ERROR) :]}")
         if not stdout and any(line == NEED_AGENT for line in errors):
             error = AgentError(f"host {transport.host}: the agent is not installed there")
             raise _NeedsRepair(error, proc.returncode, errors)

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.errors import EnvlockError
+from envlock.errors import EnvlockError, TransportError
 from envlock.hosts import HostProfile
 
 NEED_BUNDLE = 99
@@ -112,10 +112,10 @@ class SshTransport:
         text = " ".join(lines[-3:]) if lines else "ssh failed"
         who = f"host {self.host} ({self.target})"
         if "Permission denied" in text:
-            return EnvlockError(f"{who}: authentication failed: {lines[-1]}")
+            return TransportError(f"{who}: authentication failed: {lines[-1]}")
         if "Host key verification failed" in text:
-            return EnvlockError(f"{who}: host key verification failed (check known_hosts)")
-        return EnvlockError(f"{who}: cannot connect: {lines[-1] if lines else 'ssh failed'}")
+            return TransportError(f"{who}: host key verification failed (check known_hosts)")
+        return TransportError(f"{who}: cannot connect: {lines[-1] if lines else 'ssh failed'}")
 
     def ssh_argv(self, remote: list[str]) -> list[str]:
         return ["ssh", *self.options, "-o", "ControlMaster=no", "--", self.target, _quote(remote)]
