@@ -21,7 +21,7 @@ from cuda_helpers import (
     patched,
     section,
 )
-from envlock.binary import compat
+from envlock.binary import cuda
 from envlock.binary.elf import read_link_facts
 from envlock.binary.fatbin import (
     FatbinContainer,
@@ -195,7 +195,7 @@ def test_damaged_fatbin_is_unknown(kind: str, cuda_libs: dict[str, Path], tmp_pa
     offset, size, header = section(source, ".nv_fatbin")
     damaged = patched(source, tmp_path / "libdamaged.so", lambda d: _damage(kind)(d, offset, size, header))
     containers = containers_of(damaged)
-    report = compat.judge_images(containers, compat.Gpu(12, 0), None)
+    report = cuda.judge_images(containers, cuda.Gpu(12, 0), None)
     assert report.verdict == "unknown", (kind, report)
     assert report.counts["native"] < len(containers_of(source))
     from envlock.inspect import inspect_path
@@ -219,7 +219,8 @@ def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path)
         "import json, sys\n"
         "from envlock.binary.elf import read_link_facts\n"
         "from envlock.binary.fatbin import read_fatbin_sections, container_has_kernels\n"
-        "from envlock.binary.compat import Gpu, judge_images\n"
+        "from envlock.binary.cuda import Gpu, judge_images\n"
+        "from envlock.binary.loader import Loader, system_library_dirs\n"
         "with open(sys.argv[1], 'rb') as s:\n"
         "    f = read_link_facts(s)\n"
         "    cs = read_fatbin_sections(s, [(x.name, x.offset, x.size) for x in f.sections], f.file_size)\n"
@@ -241,8 +242,8 @@ def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path)
     assert done.returncode == 0, done.stderr
     containers = containers_of(path)
     with open(path, "rb") as stream:
-        verdict = compat.judge_images(
-            containers, compat.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
+        verdict = cuda.judge_images(
+            containers, cuda.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
         ).verdict
     expected = [[e.kind, e.arch, e.compression] for c in containers for e in c.entries] + [verdict]
     assert json.loads(done.stdout) == expected

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from envlock.binary.compat import JIT, NATIVE
+from envlock.binary.cuda import JIT, NATIVE
 from envlock.binary.fatbin import FatbinContainer, FatbinEntry
 from envlock.cli.commands import summary
 from envlock.cli.render import envelope, table
