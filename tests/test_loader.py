@@ -143,20 +143,30 @@ def test_dependency_found_through_inherited_rpath(tmp_path: Path) -> None:
     assert library.verdict == "wont-load" and library.reason.startswith("needs libc.so.9 (needed by libb.so)")
 
 
-def test_driver_library_is_assumed(tmp_path: Path) -> None:
-    """libcuda.so.1 comes with the driver: absent from this host, it is assumed, with its cu* symbols."""
+@pytest.mark.parametrize(
+    ("soname", "symbol"),
+    [
+        ("libcuda.so.1", "cuInit"),
+        ("libnvidia-ml.so.1", "nvmlInit_v2"),
+        ("libnvcuvid.so.1", "cuvidCreateDecoder"),
+    ],
+)
+def test_driver_library_is_assumed(soname: str, symbol: str, tmp_path: Path) -> None:
+    """Driver libraries (binary/driver.py) come with the driver: absent from this host, each
+    is assumed, with the symbols its family exports."""
     stub = tmp_path / "stub"
     stub.mkdir()
-    gxx(stub / "libcuda.so", 'extern "C" int cuInit(unsigned) { return 0; }\n', "-Wl,-soname,libcuda.so.1")
+    link_name = soname.rsplit(".", 1)[0]  # libcuda.so
+    gxx(stub / link_name, f'extern "C" int {symbol}(unsigned) {{ return 0; }}\n', f"-Wl,-soname,{soname}")
     built = gxx(
         tmp_path / "libdrv.so",
-        'extern "C" int cuInit(unsigned);\nint f() { return cuInit(0); }\n',
+        f'extern "C" int {symbol}(unsigned);\nint f() {{ return {symbol}(0); }}\n',
         "-Lstub",
-        "-lcuda",
+        f"-l:{link_name}",
     )
-    (stub / "libcuda.so").unlink()
+    (stub / link_name).unlink()
     library = inspect_path(built, "12.0").libraries[0]
     assert library.verdict == "native", library.reason
     assert library.load is not None
-    where = library.load.resolved["libcuda.so.1"]
-    assert where == "driver" or Path(where).name.startswith("libcuda.so")
+    where = library.load.resolved[soname]
+    assert where == "driver" or Path(where).name.startswith(link_name)

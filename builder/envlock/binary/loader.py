@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from envlock.binary.cuda import LOAD_OK, WONT_LOAD, DriverVersion, runtime_driver_problem
+from envlock.binary.driver import driver_library
 from envlock.binary.elf import LinkFacts
 
-# Libraries the NVIDIA driver installs on the host (never in a venv), with the
-# prefix of the symbols they export, which cannot be checked without a driver.
-DRIVER_LIBRARIES = {"libcuda.so.1": ("cu",), "libnvidia-ml.so.1": ("nvml",)}
 # torch's C++ ABI: a symbol of these missing means "built against another torch".
 TORCH_ABI_PREFIXES = ("_ZN3c10", "_ZN2at", "_ZN5torch", "_ZNK3c10", "_ZNK2at", "_ZNK5torch")
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
@@ -208,7 +206,7 @@ class Loader:
             for name in facts.needed:
                 # ld.so maps a SONAME once; later requests reuse the loaded object.
                 found = by_name.get(name) or self.resolve(name, current, facts, inherited[current])
-                if found is None and name in DRIVER_LIBRARIES:
+                if found is None and driver_library(name) is not None:
                     found = DRIVER
                 if found is None:
                     missing.append((name, current))
@@ -257,8 +255,9 @@ class Loader:
         prefixes: Tuple[str, ...] = ()
         for names in closure.resolved.values():
             for name, where in names.items():
-                if where == DRIVER:
-                    prefixes += DRIVER_LIBRARIES[name]
+                library = driver_library(name) if where == DRIVER else None
+                if library is not None:
+                    prefixes += library.symbols
         if not self.interpreter_scope():
             prefixes += ("Py", "_Py")  # no interpreter file: assume it provides the C API
         return tuple(
