@@ -22,7 +22,7 @@ from cuda_helpers import (
     section,
 )
 from envlock.binary import cuda
-from envlock.binary.elf import read_link_facts
+from envlock.binary.elf import read_bytes_at, read_link_facts, read_section_table
 from envlock.binary.fatbin import (
     FatbinContainer,
     container_has_kernels,
@@ -143,6 +143,49 @@ def test_cubin_e_flags_of_the_older_abi(cuda_libs: dict[str, Path], tmp_path: Pa
     facts = cubin_facts(bytes(data))
     assert facts is not None and (facts.sm, facts.suffix, facts.has_kernels) == (90, "a", True)
     assert cubin_facts(b"\x7fELF" + bytes(60)) is None
+
+
+def _pyelftools_sections(data: bytes) -> list[tuple[str, str, int, int]]:
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    return [
+        (s.name, s["sh_type"], s["sh_offset"], s["sh_size"])
+        for s in ELFFile(io.BytesIO(data)).iter_sections()
+    ]
+
+
+def test_one_section_table_reader(cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
+    """``read_section_table`` reads shared libraries, cubins from a fatbin and 32-bit objects
+    as pyelftools does; a cubin whose section runs past its end is not read at all."""
+    cuobjdump_extract(cuda_libs["sm120"], tmp_path)
+    source = tmp_path / "t32.c"
+    source.write_text("int f(void) { return 1; }\n")
+    subprocess.run(["gcc", "-m32", "-c", "-o", str(tmp_path / "t32.o"), str(source)], check=True)
+    files = [cuda_libs["sm120"], tmp_path / "t32.o", *sorted(tmp_path.glob("*.cubin"))]
+    for path in files:
+        data = path.read_bytes()
+        ours = [
+            (s.name, s.type, s.offset, s.size)
+            for s, _link in read_section_table(read_bytes_at(data), len(data))
+        ]
+        theirs = _pyelftools_sections(data)
+        assert [(n, o, z) for n, _t, o, z in ours] == [(n, o, z) for n, _t, o, z in theirs], path
+        # Where envlock names a type it is pyelftools' name; others stay numeric (0x6ffffff6).
+        assert all(a[1] == b[1] or a[1].startswith("0x") for a, b in zip(ours, theirs, strict=True)), path
+    cubin = max(tmp_path.glob("*.cubin"), key=lambda p: p.stat().st_size)
+    data = cubin.read_bytes()
+    facts = cubin_facts(data)
+    assert facts is not None and facts.has_kernels
+    # A .text section whose size runs past the end of the file: damage, not "no kernels".
+    table = read_section_table(read_bytes_at(data), len(data))
+    index = next(i for i, (s, _link) in enumerate(table) if s.name.startswith(".text."))
+    (shoff,) = struct.unpack_from("<Q", data, 40)
+    (entry_size,) = struct.unpack_from("<H", data, 58)
+    damaged = bytearray(data)
+    struct.pack_into("<Q", damaged, shoff + index * entry_size + 32, len(data))  # sh_size
+    assert cubin_facts(bytes(damaged)) is None
 
 
 # --- damaged device code: "unknown", never a crash, never "native" ---------------------

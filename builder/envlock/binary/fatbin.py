@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import IO, Iterable, List, NamedTuple, Optional, Tuple
 
 from envlock.binary import _lz4, _zstd
+from envlock.binary.elf import ElfError, read_bytes_at, read_section_table
 
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 EXECUTABLE_SECTION = ".nv_fatbin"
@@ -381,8 +382,10 @@ def cubin_facts(data: bytes) -> Optional[CubinFacts]:
         sm, suffix = e_flags & 0xFF, "a" if e_flags & _EF_ACCEL_V1 else ""
     try:
         sections = _cubin_sections(data)
-    except (struct.error, ValueError):
+    except (ElfError, struct.error):
         return None
+    if not any(name for name, _body in sections):
+        return None  # no section names: nothing to tell kernels from data
     for name, body in sections:
         if name == ".nv.compat" and _compat_attribute(body, _COMPAT_ARCH_SPECIFIC) == 1:
             suffix = "a"
@@ -420,20 +423,10 @@ def read_cubin(stream: IO[bytes]) -> FatbinContainer:
 
 
 def _cubin_sections(data: bytes) -> List[Tuple[str, bytes]]:
-    (shoff,) = struct.unpack_from("<Q", data, 40)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
-    if shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= max(shnum, 1):
-        raise ValueError("section header table out of range")
-    raw = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names_at, names_size = raw[shstrndx][4], raw[shstrndx][5]
-    names = data[names_at : names_at + names_size]
-    result = []
-    for name_at, kind, _flags, _addr, offset, size in raw:
-        end = names.find(b"\0", name_at)
-        name = names[name_at : end if end >= 0 else len(names)].decode("utf-8", "replace")
-        body = b"" if kind == 8 else data[offset : offset + size]  # SHT_NOBITS has no bytes
-        result.append((name, body))
-    return result
+    """(name, bytes) of every section of a cubin in memory; raises ElfError when damaged."""
+    table = read_section_table(read_bytes_at(data), len(data))
+    # SHT_NOBITS has no bytes in the file
+    return [(s.name, b"" if s.type == "SHT_NOBITS" else data[s.offset : s.offset + s.size]) for s, _ in table]
 
 
 def _compat_attribute(body: bytes, wanted: int) -> Optional[int]:
