@@ -32,6 +32,7 @@ from envlock.binary.fatbin import (
     read_payload,
     read_ptx,
 )
+from envlock.fatbin_codecs import MAX_IMAGE_BYTES, decompress_image
 
 ROOT = Path(__file__).resolve().parent.parent
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -87,7 +88,7 @@ def test_entry_headers(cuda_libs: dict[str, Path]) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("name", ["fatz", "lz4", "mix", "rdc", "family"])
 def test_payloads_equal_cuobjdump_extract(name: str, cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
-    """Decompression (pure-Python zstd and LZ4) gives the bytes cuobjdump extracts."""
+    """Decompression (zstandard and lz4, on the controller) gives the bytes cuobjdump extracts."""
     path = cuda_libs[name]
     extracted = cuobjdump_extract(path, tmp_path)
     seen = {"elf": 0, "ptx": 0}
@@ -95,7 +96,7 @@ def test_payloads_equal_cuobjdump_extract(name: str, cuda_libs: dict[str, Path],
         for container in containers_of(path):
             for entry in container.entries:
                 seen[entry.kind] += 1
-                data = read_payload(stream, entry, 1 << 24)
+                data = read_payload(stream, entry, decompress_image)
                 assert data is not None, entry
                 want = extracted[(entry.kind, seen[entry.kind])]
                 if entry.kind == "ptx":  # the payload is NUL-padded text
@@ -109,7 +110,7 @@ def test_device_link_container_has_no_kernels(name: str, cuda_libs: dict[str, Pa
     path = cuda_libs[name]
     containers = containers_of(path)
     with open(path, "rb") as stream:
-        kernels = [container_has_kernels(stream, c) for c in containers]
+        kernels = [container_has_kernels(stream, c, decompress_image) for c in containers]
     # nvcc -shared: the device-link container first, then one per translation unit.
     assert kernels == [False] + [True] * (len(containers) - 1)
 
@@ -248,7 +249,10 @@ def test_damaged_fatbin_is_unknown(kind: str, cuda_libs: dict[str, Path], tmp_pa
 
 
 def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
-    """binary/ also runs inside target venvs: same listing and verdict on CPython 3.8."""
+    """binary/ also runs inside target venvs: same listing and verdict on CPython 3.8.
+
+    The agent carries no codec: there, as here without one, a compressed image
+    cannot be opened, an uncompressed one can (mix's device-link container)."""
     found = sorted(PYENV.glob("3.8.*/bin/python3.8"))
     if not found:
         pytest.fail(f"CPython 3.8 is not installed under {PYENV}")
@@ -270,27 +274,60 @@ def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path)
         "    r = judge_images(cs, Gpu(12, 0), None, lambda c: container_has_kernels(s, c))\n"
         "print(json.dumps([[e.kind, e.arch, e.compression] for c in cs for e in c.entries] + [r.verdict]))\n"
     )
+    verdicts = {}
+    for name in ("mix", "mixz"):
+        path = cuda_libs[name]
+        done = subprocess.run(
+            [
+                str(found[-1]),
+                "-I",
+                "-c",
+                f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + code,
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        containers = containers_of(path)
+        with open(path, "rb") as stream:
+            verdict = cuda.judge_images(
+                containers, cuda.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
+            ).verdict
+        expected = [[e.kind, e.arch, e.compression] for c in containers for e in c.entries] + [verdict]
+        assert json.loads(done.stdout) == expected
+        verdicts[name] = verdict
+    # Without a codec mixz's compressed device-link container counts as having kernels.
+    assert verdicts == {"mix": "jit", "mixz": "no-image"}
+
+
+def test_decompression_is_bounded(cuda_libs: dict[str, Path]) -> None:  # noqa: F811
+    """Against bombs: an image may declare at most MAX_IMAGE_BYTES, and decoding stops one byte
+    past its declared size whatever the zstd frame claims."""
+    import tracemalloc
+
+    import zstandard
+
     path = cuda_libs["mixz"]
-    done = subprocess.run(
-        [
-            str(found[-1]),
-            "-I",
-            "-c",
-            f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + code,
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    containers = containers_of(path)
+    entry = containers_of(path)[0].entries[0]  # the device-link cubin, zstd
     with open(path, "rb") as stream:
-        verdict = cuda.judge_images(
-            containers, cuda.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
-        ).verdict
-    expected = [[e.kind, e.arch, e.compression] for c in containers for e in c.entries] + [verdict]
-    assert json.loads(done.stdout) == expected
-    assert verdict == "jit"
+        stream.seek(entry.offset + entry.header_size)
+        payload = stream.read(entry.compressed_size)
+    assert entry.compression == "zstd" and decompress_image(entry, payload) is not None
+    assert decompress_image(entry._replace(uncompressed_size=MAX_IMAGE_BYTES + 1), payload) is None
+    assert decompress_image(entry._replace(uncompressed_size=entry.uncompressed_size - 1), payload) is None
+
+    squeeze = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(1 << 20)
+    bomb = b"".join(squeeze.compress(chunk) for _ in range(512)) + squeeze.flush()  # 512 MiB of zeros
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    try:
+        assert decompress_image(entry._replace(uncompressed_size=1 << 20), bomb) is None
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"decoding a bomb used {peak} bytes"
 
 
 def test_cuobjdump_is_the_registry_package() -> None:

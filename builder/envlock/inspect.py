@@ -47,10 +47,10 @@ from envlock.binary.fatbin import (
 )
 from envlock.binary.loader import Loader, LoadReport, demangle, system_library_dirs
 from envlock.errors import EnvlockError
+from envlock.fatbin_codecs import decompress_image
 
 DEVICE_SUFFIXES = (".cubin", ".ptx", ".fatbin")
 _PTX_HEAD = 1 << 16
-_KERNEL_CHECK_BUDGET = 1 << 20  # bytes of images opened per file to look for kernels
 # Packages that compile kernels at run time: their kernels cannot be checked here.
 RUNTIME_COMPILERS = {
     "triton": "triton compiles its kernels at run time",
@@ -183,16 +183,8 @@ def _read_file(
     else:
         return None
 
-    budget = [_KERNEL_CHECK_BUDGET]
-
     def has_kernels(container: FatbinContainer) -> bool | None:
-        # Each look decompresses one (small) image in pure Python; a library
-        # with no image for the GPU at all would otherwise cost one per container.
-        cost = min((e.uncompressed_size or e.payload_size for e in container.entries), default=0)
-        if cost > budget[0]:
-            return None
-        budget[0] -= cost
-        return container_has_kernels(stream, container, limit=_KERNEL_CHECK_BUDGET)
+        return container_has_kernels(stream, container, decompress_image)
 
     images = cuda.judge_images(containers, gpu, driver, has_kernels)
     return _File(key, display, facts, containers, images, error)

@@ -8,8 +8,10 @@ guess: the compatibility decision treats those as "unknown".
 
 Listing reads headers only (16 bytes per container, 64 per entry) with
 ``seek``/``read`` on the caller's stream, so listing the 475 containers of a
-500 MB library reads about 200 KB. Payloads are read (and decompressed) only
-when a caller asks, see ``container_has_kernels``.
+500 MB library reads about 200 KB. Payloads are read only when a caller
+asks, see ``container_has_kernels``; compressed ones need the caller's
+``Decompress`` (the controller's codecs, ``envlock.fatbin_codecs``): this
+package runs in the agent on a bare Python and carries no codec.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from typing import IO, Iterable, List, NamedTuple, Optional, Tuple
+from typing import IO, Callable, Iterable, List, NamedTuple, Optional, Tuple
 
-from envlock.binary import _lz4, _zstd
 from envlock.binary.elf import ElfError, read_bytes_at, read_section_table
 
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
@@ -108,6 +109,10 @@ class FatbinEntry(NamedTuple):
             and self.compression != "unknown"
             and not self.unexplained_flags
         )
+
+
+# (entry, its compressed bytes) -> the image, or None when it cannot be decoded.
+Decompress = Callable[[FatbinEntry, bytes], Optional[bytes]]
 
 
 @dataclass(frozen=True)
@@ -447,26 +452,22 @@ def _compat_attribute(body: bytes, wanted: int) -> Optional[int]:
 # --- payloads -----------------------------------------------------------------
 
 
-def read_payload(stream: IO[bytes], entry: FatbinEntry, limit: int) -> Optional[bytes]:
-    """The entry's image, decompressed; None when unreadable or larger than ``limit``."""
-    if not entry.usable or entry.uncompressed_size > limit or entry.payload_size > limit:
+def read_payload(
+    stream: IO[bytes], entry: FatbinEntry, decompress: Optional[Decompress] = None
+) -> Optional[bytes]:
+    """The entry's image; None when unreadable, or compressed and no ``decompress`` is given."""
+    if not entry.usable:
         return None
     data = _read(stream, entry.offset + entry.header_size, entry.payload_size)
     if len(data) != entry.payload_size:
         return None
-    try:
-        if entry.compression == "lz4":
-            return _lz4.decompress_block(data[: entry.compressed_size], entry.uncompressed_size)
-        if entry.compression == "zstd":
-            out = _zstd.decompress(data[: entry.compressed_size], limit)
-            return out if len(out) == entry.uncompressed_size else None
-    except (_lz4.Lz4Error, _zstd.ZstdError):
-        return None
-    return data
+    if entry.compression == "none":
+        return data
+    return decompress(entry, data[: entry.compressed_size]) if decompress is not None else None
 
 
 def container_has_kernels(
-    stream: IO[bytes], container: FatbinContainer, limit: int = 1 << 20
+    stream: IO[bytes], container: FatbinContainer, decompress: Optional[Decompress] = None
 ) -> Optional[bool]:
     """Whether the container's code defines any kernel; None when no image could be read.
 
@@ -480,7 +481,7 @@ def container_has_kernels(
         key=lambda e: (e.kind != KIND_ELF, e.compression != "none", e.uncompressed_size or e.payload_size),
     )
     for entry in candidates:
-        data = read_payload(stream, entry, limit)
+        data = read_payload(stream, entry, decompress)
         if data is None:
             continue
         if entry.kind == KIND_ELF:
