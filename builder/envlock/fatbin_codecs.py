@@ -16,9 +16,6 @@ precompiled engines and of nvshmem, are a few MB); one beyond the bound is
 
 from __future__ import annotations
 
-import lz4.block
-import zstandard
-
 from envlock.binary.fatbin import FatbinEntry
 
 MAX_IMAGE_BYTES = 256 << 20
@@ -33,6 +30,10 @@ def decompress_image(entry: FatbinEntry, payload: bytes) -> bytes | None:
     size = entry.uncompressed_size
     if not 0 < size <= MAX_IMAGE_BYTES:
         return None
+    # Imported here: most runs open no image, and zstandard alone costs ~15 ms to import.
+    import lz4.block
+    import zstandard
+
     image: bytes
     try:
         if entry.compression == "zstd":
@@ -49,6 +50,8 @@ def decompress_image(entry: FatbinEntry, payload: bytes) -> bytes | None:
 def _zstd(payload: bytes, size: int) -> bytes:
     """Every frame of ``payload``, decoded, but never more than ``size + 1`` bytes: a frame
     header may claim any content size, so the output is bounded by what the entry declares."""
+    import zstandard
+
     reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True)
     out = bytearray()
     while len(out) <= size:
