@@ -8,6 +8,7 @@ import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,13 +148,13 @@ def test_cubin_e_flags_of_the_older_abi(cuda_libs: dict[str, Path], tmp_path: Pa
 
 
 def _pyelftools_sections(data: bytes) -> list[tuple[str, str, int, int]]:
+    import importlib
     import io
 
-    from elftools.elf.elffile import ELFFile
-
+    elffile: Any = importlib.import_module("elftools.elf.elffile")  # pyelftools is untyped
     return [
         (s.name, s["sh_type"], s["sh_offset"], s["sh_size"])
-        for s in ELFFile(io.BytesIO(data)).iter_sections()
+        for s in elffile.ELFFile(io.BytesIO(data)).iter_sections()
     ]
 
 
