@@ -8,6 +8,7 @@ import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,8 @@ from cuda_helpers import (
     patched,
     section,
 )
-from envlock.binary import compat
-from envlock.binary.elf import read_link_facts
+from envlock.binary import cuda
+from envlock.binary.elf import read_bytes_at, read_link_facts, read_section_table
 from envlock.binary.fatbin import (
     FatbinContainer,
     container_has_kernels,
@@ -32,6 +33,7 @@ from envlock.binary.fatbin import (
     read_payload,
     read_ptx,
 )
+from envlock.fatbin_codecs import MAX_IMAGE_BYTES, decompress_image
 
 ROOT = Path(__file__).resolve().parent.parent
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -87,7 +89,7 @@ def test_entry_headers(cuda_libs: dict[str, Path]) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("name", ["fatz", "lz4", "mix", "rdc", "family"])
 def test_payloads_equal_cuobjdump_extract(name: str, cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
-    """Decompression (pure-Python zstd and LZ4) gives the bytes cuobjdump extracts."""
+    """Decompression (zstandard and lz4, on the controller) gives the bytes cuobjdump extracts."""
     path = cuda_libs[name]
     extracted = cuobjdump_extract(path, tmp_path)
     seen = {"elf": 0, "ptx": 0}
@@ -95,7 +97,7 @@ def test_payloads_equal_cuobjdump_extract(name: str, cuda_libs: dict[str, Path],
         for container in containers_of(path):
             for entry in container.entries:
                 seen[entry.kind] += 1
-                data = read_payload(stream, entry, 1 << 24)
+                data = read_payload(stream, entry, decompress_image)
                 assert data is not None, entry
                 want = extracted[(entry.kind, seen[entry.kind])]
                 if entry.kind == "ptx":  # the payload is NUL-padded text
@@ -109,7 +111,7 @@ def test_device_link_container_has_no_kernels(name: str, cuda_libs: dict[str, Pa
     path = cuda_libs[name]
     containers = containers_of(path)
     with open(path, "rb") as stream:
-        kernels = [container_has_kernels(stream, c) for c in containers]
+        kernels = [container_has_kernels(stream, c, decompress_image) for c in containers]
     # nvcc -shared: the device-link container first, then one per translation unit.
     assert kernels == [False] + [True] * (len(containers) - 1)
 
@@ -143,6 +145,49 @@ def test_cubin_e_flags_of_the_older_abi(cuda_libs: dict[str, Path], tmp_path: Pa
     facts = cubin_facts(bytes(data))
     assert facts is not None and (facts.sm, facts.suffix, facts.has_kernels) == (90, "a", True)
     assert cubin_facts(b"\x7fELF" + bytes(60)) is None
+
+
+def _pyelftools_sections(data: bytes) -> list[tuple[str, str, int, int]]:
+    import importlib
+    import io
+
+    elffile: Any = importlib.import_module("elftools.elf.elffile")  # pyelftools is untyped
+    return [
+        (s.name, s["sh_type"], s["sh_offset"], s["sh_size"])
+        for s in elffile.ELFFile(io.BytesIO(data)).iter_sections()
+    ]
+
+
+def test_one_section_table_reader(cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
+    """``read_section_table`` reads shared libraries, cubins from a fatbin and 32-bit objects
+    as pyelftools does; a cubin whose section runs past its end is not read at all."""
+    cuobjdump_extract(cuda_libs["sm120"], tmp_path)
+    source = tmp_path / "t32.c"
+    source.write_text("int f(void) { return 1; }\n")
+    subprocess.run(["gcc", "-m32", "-c", "-o", str(tmp_path / "t32.o"), str(source)], check=True)
+    files = [cuda_libs["sm120"], tmp_path / "t32.o", *sorted(tmp_path.glob("*.cubin"))]
+    for path in files:
+        data = path.read_bytes()
+        ours = [
+            (s.name, s.type, s.offset, s.size)
+            for s, _link in read_section_table(read_bytes_at(data), len(data))
+        ]
+        theirs = _pyelftools_sections(data)
+        assert [(n, o, z) for n, _t, o, z in ours] == [(n, o, z) for n, _t, o, z in theirs], path
+        # Where envlock names a type it is pyelftools' name; others stay numeric (0x6ffffff6).
+        assert all(a[1] == b[1] or a[1].startswith("0x") for a, b in zip(ours, theirs, strict=True)), path
+    cubin = max(tmp_path.glob("*.cubin"), key=lambda p: p.stat().st_size)
+    data = cubin.read_bytes()
+    facts = cubin_facts(data)
+    assert facts is not None and facts.has_kernels
+    # A .text section whose size runs past the end of the file: damage, not "no kernels".
+    table = read_section_table(read_bytes_at(data), len(data))
+    index = next(i for i, (s, _link) in enumerate(table) if s.name.startswith(".text."))
+    (shoff,) = struct.unpack_from("<Q", data, 40)
+    (entry_size,) = struct.unpack_from("<H", data, 58)
+    damaged = bytearray(data)
+    struct.pack_into("<Q", damaged, shoff + index * entry_size + 32, len(data))  # sh_size
+    assert cubin_facts(bytes(damaged)) is None
 
 
 # --- damaged device code: "unknown", never a crash, never "native" ---------------------
@@ -195,7 +240,7 @@ def test_damaged_fatbin_is_unknown(kind: str, cuda_libs: dict[str, Path], tmp_pa
     offset, size, header = section(source, ".nv_fatbin")
     damaged = patched(source, tmp_path / "libdamaged.so", lambda d: _damage(kind)(d, offset, size, header))
     containers = containers_of(damaged)
-    report = compat.judge_images(containers, compat.Gpu(12, 0), None)
+    report = cuda.judge_images(containers, cuda.Gpu(12, 0), None)
     assert report.verdict == "unknown", (kind, report)
     assert report.counts["native"] < len(containers_of(source))
     from envlock.inspect import inspect_path
@@ -205,7 +250,10 @@ def test_damaged_fatbin_is_unknown(kind: str, cuda_libs: dict[str, Path], tmp_pa
 
 
 def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
-    """binary/ also runs inside target venvs: same listing and verdict on CPython 3.8."""
+    """binary/ also runs inside target venvs: same listing and verdict on CPython 3.8.
+
+    The agent carries no codec: there, as here without one, a compressed image
+    cannot be opened, an uncompressed one can (mix's device-link container)."""
     found = sorted(PYENV.glob("3.8.*/bin/python3.8"))
     if not found:
         pytest.fail(f"CPython 3.8 is not installed under {PYENV}")
@@ -219,34 +267,68 @@ def test_reads_the_same_on_python_38(cuda_libs: dict[str, Path], tmp_path: Path)
         "import json, sys\n"
         "from envlock.binary.elf import read_link_facts\n"
         "from envlock.binary.fatbin import read_fatbin_sections, container_has_kernels\n"
-        "from envlock.binary.compat import Gpu, judge_images\n"
+        "from envlock.binary.cuda import Gpu, judge_images\n"
+        "from envlock.binary.loader import Loader, system_library_dirs\n"
         "with open(sys.argv[1], 'rb') as s:\n"
         "    f = read_link_facts(s)\n"
         "    cs = read_fatbin_sections(s, [(x.name, x.offset, x.size) for x in f.sections], f.file_size)\n"
         "    r = judge_images(cs, Gpu(12, 0), None, lambda c: container_has_kernels(s, c))\n"
         "print(json.dumps([[e.kind, e.arch, e.compression] for c in cs for e in c.entries] + [r.verdict]))\n"
     )
+    verdicts = {}
+    for name in ("mix", "mixz"):
+        path = cuda_libs[name]
+        done = subprocess.run(
+            [
+                str(found[-1]),
+                "-I",
+                "-c",
+                f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + code,
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        containers = containers_of(path)
+        with open(path, "rb") as stream:
+            verdict = cuda.judge_images(
+                containers, cuda.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
+            ).verdict
+        expected = [[e.kind, e.arch, e.compression] for c in containers for e in c.entries] + [verdict]
+        assert json.loads(done.stdout) == expected
+        verdicts[name] = verdict
+    # Without a codec mixz's compressed device-link container counts as having kernels.
+    assert verdicts == {"mix": "jit", "mixz": "no-image"}
+
+
+def test_decompression_is_bounded(cuda_libs: dict[str, Path]) -> None:  # noqa: F811
+    """Against bombs: an image may declare at most MAX_IMAGE_BYTES, and decoding stops one byte
+    past its declared size whatever the zstd frame claims."""
+    import tracemalloc
+
+    import zstandard
+
     path = cuda_libs["mixz"]
-    done = subprocess.run(
-        [
-            str(found[-1]),
-            "-I",
-            "-c",
-            f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + code,
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    containers = containers_of(path)
+    entry = containers_of(path)[0].entries[0]  # the device-link cubin, zstd
     with open(path, "rb") as stream:
-        verdict = compat.judge_images(
-            containers, compat.Gpu(12, 0), None, lambda c: container_has_kernels(stream, c)
-        ).verdict
-    expected = [[e.kind, e.arch, e.compression] for c in containers for e in c.entries] + [verdict]
-    assert json.loads(done.stdout) == expected
-    assert verdict == "jit"
+        stream.seek(entry.offset + entry.header_size)
+        payload = stream.read(entry.compressed_size)
+    assert entry.compression == "zstd" and decompress_image(entry, payload) is not None
+    assert decompress_image(entry._replace(uncompressed_size=MAX_IMAGE_BYTES + 1), payload) is None
+    assert decompress_image(entry._replace(uncompressed_size=entry.uncompressed_size - 1), payload) is None
+
+    squeeze = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(1 << 20)
+    bomb = b"".join(squeeze.compress(chunk) for _ in range(512)) + squeeze.flush()  # 512 MiB of zeros
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    try:
+        assert decompress_image(entry._replace(uncompressed_size=1 << 20), bomb) is None
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"decoding a bomb used {peak} bytes"
 
 
 def test_cuobjdump_is_the_registry_package() -> None:

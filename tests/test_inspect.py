@@ -10,13 +10,17 @@ from pathlib import Path
 import pytest
 
 from cuda_helpers import (
+    NVCC,
     cuda_libs,  # noqa: F401  (session fixture)
+    cuobjdump,
     cuobjdump_extract,
     cuobjdump_listing,
     oracle_name,
 )
 from envlock.inspect import inspect_path
 from helpers import ENVLOCK, make_venv, make_wheel
+
+CUDA_LIB = Path("/usr/local/cuda/lib64")
 
 
 def envlock_inspect(*args: str) -> subprocess.CompletedProcess[str]:
@@ -109,6 +113,76 @@ def test_json_envelope_has_every_fact(cuda_libs: dict[str, Path]) -> None:  # no
     assert all(set(e) == keys for e in entries)
     ptx = [e for e in entries if e["kind"] == "ptx"]
     assert ptx and all(e["ptx_isa"] == "9.0" and e["compression"] == "zstd" for e in ptx)
+
+
+# --- a compressed container far larger than the old 1 MiB image budget ----------------------
+
+KERNEL = """
+__global__ void scale(float* x, float f) { x[threadIdx.x] *= f; }
+extern "C" void launch_scale(float* x) { scale<<<1, 32>>>(x, 2.0f); }
+"""
+# No kernel: a 4 MiB initialised device table that host code reaches by symbol.
+TABLE = """
+__device__ unsigned int table[1 << 20] = {1u, 2u, 3u};
+extern "C" void* table_address() { void* p = 0; cudaGetSymbolAddress(&p, table); return p; }
+"""
+
+
+def nvcc_object(out: Path, source: str, *flags: str) -> Path:
+    src = out.with_suffix(".cu")
+    src.write_text(source)
+    subprocess.run([NVCC, "-c", "-Xcompiler", "-fPIC", *flags, "-o", str(out), str(src)], check=True)
+    return out
+
+
+def cuobjdump_functions(path: Path) -> list[tuple[str, bool]]:
+    """Per cubin, in cuobjdump's order: (arch, whether it defines a function), from its
+    resource-usage dump, which lists each cubin's functions."""
+    done = subprocess.run(
+        [cuobjdump(), "--all-fatbin", "--dump-resource-usage", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cubins: list[tuple[str, bool]] = []
+    for line in done.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("arch = "):
+            cubins.append((line.split(" = ", 1)[1], False))
+        elif line.startswith("Function ") and cubins:
+            cubins[-1] = (cubins[-1][0], True)
+    return cubins
+
+
+@pytest.mark.parametrize(("codec", "mode"), [("zstd", ()), ("lz4", ("-compress-mode=speed",))])
+def test_large_compressed_container_is_opened(codec: str, mode: tuple[str, ...], tmp_path: Path) -> None:
+    """A container with no image for the GPU is opened to see whether it has kernels, however
+    large its image: here 4 MiB (under 20 KB compressed) of data and no kernel, beside an sm_120
+    container with the kernel. cuobjdump says which cubins define functions."""
+    squeeze = ("-Xfatbin", "-compress-all", *mode)
+    kernel = nvcc_object(tmp_path / "kernel.o", KERNEL, "-gencode", "arch=compute_120,code=sm_120", *squeeze)
+    arches = [("-gencode", f"arch=compute_{sm},code=sm_{sm}") for sm in (75, 80, 90)]
+    table = nvcc_object(tmp_path / "table.o", TABLE, *(flag for pair in arches for flag in pair), *squeeze)
+    library = tmp_path / "libtable.so"
+    subprocess.run(
+        ["g++", "-shared", "-o", str(library), str(kernel), str(table), f"-L{CUDA_LIB}", "-lcudart"],
+        check=True,
+    )
+    assert cuobjdump_functions(library) == [
+        ("sm_120", True),
+        ("sm_75", False),
+        ("sm_80", False),
+        ("sm_90", False),
+    ]
+
+    done = envlock_inspect(str(library), "--gpu", "12.0", "--format", "json")
+    (result,) = json.loads(done.stdout)["result"]["libraries"]
+    entries = [e for c in result["containers"] for e in c["entries"]]
+    assert {e["compression"] for e in entries} == {codec}
+    assert all(e["uncompressed_size"] > 1 << 22 for e in result["containers"][1]["entries"])
+    # As cuobjdump says: the kernel has SASS for sm_120, the other container no kernel at all.
+    assert [c["verdict"] for c in result["containers"]] == ["native", "no-kernels"]
+    assert (result["verdict"], done.returncode) == ("native", 0), result["reason"]
 
 
 # --- a wheel, read from the zip ----------------------------------------------------------

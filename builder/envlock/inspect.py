@@ -6,7 +6,7 @@ read from the zip in memory, nothing unpacked to disk) or a venv directory.
 Each file is read once: its ELF link facts and fatbin headers, and its image
 verdict while the file is open (a container without an image may need a
 look at its smallest image). Loading is decided afterwards, when every file
-is known, by ``envlock.binary.compat.Loader``.
+is known, by ``envlock.binary.loader.Loader``.
 
 Result objects only; printing and exit codes belong to ``cli/inspect_cmd``.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from envlock.binary import compat
-from envlock.binary.compat import (
+from envlock.binary import cuda
+from envlock.binary.cuda import (
     JIT,
     NATIVE,
     NO_IMAGE,
@@ -34,7 +34,6 @@ from envlock.binary.compat import (
     DriverVersion,
     Gpu,
     ImageReport,
-    LoadReport,
 )
 from envlock.binary.elf import ElfError, LinkFacts, is_elf, read_link_facts
 from envlock.binary.fatbin import (
@@ -46,11 +45,12 @@ from envlock.binary.fatbin import (
     read_fatbin_sections,
     read_ptx,
 )
+from envlock.binary.loader import Loader, LoadReport, demangle, system_library_dirs
 from envlock.errors import EnvlockError
+from envlock.fatbin_codecs import decompress_image
 
 DEVICE_SUFFIXES = (".cubin", ".ptx", ".fatbin")
 _PTX_HEAD = 1 << 16
-_KERNEL_CHECK_BUDGET = 1 << 20  # bytes of images opened per file to look for kernels
 # Packages that compile kernels at run time: their kernels cannot be checked here.
 RUNTIME_COMPILERS = {
     "triton": "triton compiles its kernels at run time",
@@ -117,7 +117,7 @@ def inspect_path(path: str | Path, gpu: str = "12.0", driver: str | None = None)
     """
     try:
         target = Gpu.parse(gpu)
-        driver_version = compat.parse_driver(driver) if driver else None
+        driver_version = cuda.parse_driver(driver) if driver else None
     except ValueError as exc:
         raise InspectError(str(exc)) from exc
     path = Path(path)
@@ -152,7 +152,7 @@ class _Scan:
     path: Path
     source: str
     files: list[_File]
-    loader: compat.Loader
+    loader: Loader
     unresolved: str
     notes: list[str]
 
@@ -183,18 +183,10 @@ def _read_file(
     else:
         return None
 
-    budget = [_KERNEL_CHECK_BUDGET]
-
     def has_kernels(container: FatbinContainer) -> bool | None:
-        # Each look decompresses one (small) image in pure Python; a library
-        # with no image for the GPU at all would otherwise cost one per container.
-        cost = min((e.uncompressed_size or e.payload_size for e in container.entries), default=0)
-        if cost > budget[0]:
-            return None
-        budget[0] -= cost
-        return container_has_kernels(stream, container, limit=_KERNEL_CHECK_BUDGET)
+        return container_has_kernels(stream, container, decompress_image)
 
-    images = compat.judge_images(containers, gpu, driver, has_kernels)
+    images = cuda.judge_images(containers, gpu, driver, has_kernels)
     return _File(key, display, facts, containers, images, error)
 
 
@@ -294,7 +286,7 @@ def _scan_wheel(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
 
 
 def _unreadable(key: str, display: str, error: str, gpu: Gpu) -> _File:
-    return _File(key, display, None, [], compat.judge_images([], gpu, None), error)
+    return _File(key, display, None, [], cuda.judge_images([], gpu, None), error)
 
 
 def _display(path: Path, venv: Path, site: Path | None) -> str:
@@ -322,15 +314,13 @@ def _read_host(path: str) -> LinkFacts | None:
         return None
 
 
-def _loader(
-    files: list[_File], preload: list[str], checked: list[str], interpreter: str | None
-) -> compat.Loader:
+def _loader(files: list[_File], preload: list[str], checked: list[str], interpreter: str | None) -> Loader:
     known = {f.key: f.facts for f in files if f.facts is not None}
-    return compat.Loader(
+    return Loader(
         known,
         _read_host,
         preload_dirs=preload,
-        system_dirs=compat.system_library_dirs(),
+        system_dirs=system_library_dirs(),
         interpreter=interpreter,
         checked_roots=checked,
     )
@@ -344,7 +334,7 @@ def _runtime_compiler_notes(present: Callable[[str], bool]) -> list[str]:
 
 
 def _judge(scan: _Scan, gpu: Gpu, driver: str | None) -> InspectResult:
-    driver_version = compat.parse_driver(driver) if driver else None
+    driver_version = cuda.parse_driver(driver) if driver else None
     libraries: list[tuple[_File, LoadReport | None]] = []
     loose: dict[str, list[_File]] = {}
     for item in scan.files:
@@ -355,9 +345,7 @@ def _judge(scan: _Scan, gpu: Gpu, driver: str | None) -> InspectResult:
         if item.facts is not None:
             load = scan.loader.check(item.key, driver_version, unresolved=scan.unresolved)
         libraries.append((item, load))
-    names = compat.demangle(
-        [load.missing_symbols[0] for _item, load in libraries if load and load.missing_symbols]
-    )
+    names = demangle([load.missing_symbols[0] for _item, load in libraries if load and load.missing_symbols])
     results = [
         _library_result(item, load, gpu, driver_version, names, _optional(scan, item, load))
         for item, load in libraries
@@ -376,7 +364,7 @@ def _judge(scan: _Scan, gpu: Gpu, driver: str | None) -> InspectResult:
         gpu=gpu,
         driver=driver,
         libraries=tuple(results),
-        verdict=compat.worst(r.verdict for r in results if not r.optional),
+        verdict=cuda.worst(r.verdict for r in results if not r.optional),
         counts=counts,
         notes=tuple(notes),
     )
@@ -408,15 +396,15 @@ def _library_result(
     if item.error is not None:
         return LibraryResult(item.display, "library", (), images, None, UNKNOWN, item.error)
     verdict, reason = images.verdict, _image_reason(images)
-    if load is not None and load.verdict != compat.LOAD_OK:
+    if load is not None and load.verdict != cuda.LOAD_OK:
         reason = load.reason
         if load.missing_symbols:
             first = load.missing_symbols[0]
             reason = reason.replace(first, names.get(first, first), 1)
         verdict = load.verdict
     elif driver is not None and (item.containers or (load and load.cuda_runtime)):
-        needed = compat.gpu_driver(gpu)
-        if needed and driver < compat.parse_driver(needed):
+        needed = cuda.gpu_driver(gpu)
+        if needed and driver < cuda.parse_driver(needed):
             verdict, reason = WONT_LOAD, f"{gpu.sm} GPUs need driver >= {needed}"
     if optional:
         reason += " (optional plugin: nothing in the venv links to it; not counted)"
@@ -442,7 +430,7 @@ def _bundle_result(directory: str, items: list[_File], gpu: Gpu, source: str) ->
         for container, judged in zip(item.containers, item.images.containers, strict=True):
             containers.append(container)
             verdicts.append(judged)
-    verdict = compat.best(v.verdict for v in verdicts if v.verdict in VERDICTS)
+    verdict = cuda.best(v.verdict for v in verdicts if v.verdict in VERDICTS)
     counts = {
         name: sum(1 for v in verdicts if v.verdict == name) for name in (NATIVE, JIT, NO_IMAGE, UNKNOWN)
     }

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from envlock.binary.driver import driver_library
 from envlock.lock.model import Lock, NativeLib, Package
 
 # What a manylinux wheel may link against (PEP 600 policies, as auditwheel
@@ -55,13 +56,11 @@ SYSTEM_LIBRARIES = frozenset(
         "ld-linux.so.2",
     }
 )
-# The GPU driver installs these on the host; no wheel ships them.
-DRIVER_PREFIXES = ("libcuda.so", "libnvidia-", "libnvcuvid.so", "libnvidia-ml.so")
 
 
 def is_host_library(name: str) -> bool:
     """A library the host itself provides (system, loader, interpreter, GPU driver)."""
-    return name in SYSTEM_LIBRARIES or name.startswith(("libpython3", *DRIVER_PREFIXES))
+    return name in SYSTEM_LIBRARIES or name.startswith("libpython3") or driver_library(name) is not None
 
 
 def provided_names(packages: Iterable[Package]) -> set[str]:

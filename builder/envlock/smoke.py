@@ -30,6 +30,7 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES, driver_library
 from envlock.errors import AgentError
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.io import read_lock
@@ -37,8 +38,9 @@ from envlock.lock.model import Lock
 from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
 from envlock.workspace import Workspace
 
-# Installed by the GPU driver, never by a wheel: their absence means "no GPU here".
-DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-", "libnvcuvid.so")
+# Name prefixes of the GPU driver's libraries: their absence means "no GPU here".
+# (The name stays for apply.py, which passes them on to the agent's smoke.)
+DRIVER_LIBRARIES = DRIVER_LIBRARY_PREFIXES
 
 # Most serious first: a crash takes the whole process down with no exception
 # to catch; a hang blocks it; an ABI mismatch needs a rebuild; then what a
@@ -182,7 +184,7 @@ def smoke_host(
     args += [f"--jobs={options.jobs}"] if options.jobs else []
     args += ["--deep"] if options.deep else []
     args += ["--fail-fast"] if options.fail_fast else []
-    args += [] if has_gpu else [f"--skip-missing={prefix}" for prefix in DRIVER_LIBRARIES]
+    args += [] if has_gpu else [f"--skip-missing={prefix}" for prefix in DRIVER_LIBRARY_PREFIXES]
     args += [f"--check={check}" for check in profile.smoke_checks]
     args += ["--", *lock_modules(lock)] if lock is not None else []
 
@@ -251,7 +253,7 @@ def _result(raw: Mapping[str, Any], known: _Knowledge, has_gpu: bool) -> ModuleR
     kind = raw.get("kind")
     facts = dict(raw.get("facts") or {})
     where = _where(raw.get("where"))
-    if kind == "missing-library" and str(facts.get("library", "")).startswith(DRIVER_LIBRARIES):
+    if kind == "missing-library" and driver_library(str(facts.get("library", ""))) is not None:
         kind = "needs-gpu-driver"  # on a host with a GPU: the driver is broken, a failure
     order = raw.get("order_dependent")
     return ModuleResult(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from typing import IO, Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 ELF_MAGIC = b"\x7fELF"
 CUDA_SECTIONS = (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment")
@@ -211,7 +211,7 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
     file_size = stream.tell()
     stream.seek(0)
     elf = ELFFile(stream)
-    headers = _section_headers(stream, elf, file_size)
+    headers = read_section_table(lambda offset, size: _read_at(stream, offset, size), file_size)
     soname: Optional[str] = None
     needed: List[str] = []
     rpath: List[str] = []
@@ -278,29 +278,40 @@ _SECTION_TYPES = {
 }
 
 
-def _section_headers(stream: IO[bytes], elf: Any, file_size: int) -> List[Tuple[SectionInfo, int]]:
-    """(section, sh_link) for every section header, unpacked with ``struct``.
+def read_section_table(read: Callable[[int, int], bytes], file_size: int) -> List[Tuple[SectionInfo, int]]:
+    """(section, sh_link) for every section header of an ELF file, unpacked with ``struct``.
 
-    The header table is a fixed gABI layout; reading it here keeps pyelftools
-    from building an object per section (see the caller).
+    ``read(offset, size)`` returns exactly ``size`` bytes of the file or
+    raises ElfError: a stream for a shared library, a bytes object for a
+    cubin opened from a fatbin. The one place that parses the section header
+    table (a fixed gABI layout, 32 or 64-bit, either byte order); doing it
+    here also keeps pyelftools from building an object per section.
     """
-    count = elf.num_sections()
-    if not count:
+    ident = read(0, 16)
+    if ident[:4] != ELF_MAGIC or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        raise ElfError("not an ELF file of a known class and byte order")
+    elf_class, order = (64 if ident[4] == 2 else 32), ("<" if ident[5] == 1 else ">")
+    # e_shoff, then e_shentsize, e_shnum, e_shstrndx
+    shoff_at, sizes_at = (40, 58) if elf_class == 64 else (32, 46)
+    (shoff,) = struct.unpack(order + ("Q" if elf_class == 64 else "I"), read(shoff_at, elf_class // 8))
+    entry_size, count, names_index = struct.unpack(order + "HHH", read(sizes_at, 6))
+    if not shoff:
         return []
-    order = "<" if elf.little_endian else ">"
     # name, type, flags, addr, offset, size, link, info, addralign, entsize
-    layout = struct.Struct(order + ("IIQQQQIIQQ" if elf.elfclass == 64 else "IIIIIIIIII"))
-    entry_size = elf["e_shentsize"]
+    layout = struct.Struct(order + ("IIQQQQIIQQ" if elf_class == 64 else "IIIIIIIIII"))
     if entry_size < layout.size:
         raise ElfError(f"section header size {entry_size} is too small")
-    table = _read_at(stream, elf["e_shoff"], count * entry_size)
+    if not count:  # 65,280 sections or more: the real count is in section 0's sh_size
+        count = layout.unpack(read(shoff, layout.size))[5]
+    if count * entry_size > file_size:
+        raise ElfError(f"{count} section headers do not fit in a {file_size}-byte file")
+    table = read(shoff, count * entry_size)
     raw = [layout.unpack_from(table, i * entry_size) for i in range(count)]
-    names_index = elf["e_shstrndx"]
     if names_index == 0xFFFF:  # SHN_XINDEX: the real index is in section 0's sh_link
         names_index = raw[0][6]
-    names = b""
-    if 0 < names_index < count:
-        names = _read_at(stream, raw[names_index][4], raw[names_index][5])
+    if names_index >= count:
+        raise ElfError(f"section name table index {names_index} out of range ({count} sections)")
+    names = read(raw[names_index][4], raw[names_index][5]) if names_index else b""
     result = []
     for index, (name_at, kind, _f, _a, offset, size, link, _i, _al, _es) in enumerate(raw):
         end = names.find(b"\0", name_at)
@@ -310,6 +321,18 @@ def _section_headers(stream: IO[bytes], elf: Any, file_size: int) -> List[Tuple[
             raise ElfError(f"section {name or '#' + str(index)} runs past the end of the file")
         result.append((SectionInfo(name, type_name, offset, size), link))
     return result
+
+
+def read_bytes_at(data: bytes) -> Callable[[int, int], bytes]:
+    """``read(offset, size)`` over an ELF image in memory, for ``read_section_table``."""
+
+    def read(offset: int, size: int) -> bytes:
+        chunk = data[offset : offset + size]
+        if len(chunk) != size:
+            raise ElfError(f"truncated: wanted {size} bytes at offset {offset}, got {len(chunk)}")
+        return chunk
+
+    return read
 
 
 def _read_at(stream: IO[bytes], offset: int, size: int) -> bytes:

@@ -8,8 +8,10 @@ guess: the compatibility decision treats those as "unknown".
 
 Listing reads headers only (16 bytes per container, 64 per entry) with
 ``seek``/``read`` on the caller's stream, so listing the 475 containers of a
-500 MB library reads about 200 KB. Payloads are read (and decompressed) only
-when a caller asks, see ``container_has_kernels``.
+500 MB library reads about 200 KB. Payloads are read only when a caller
+asks, see ``container_has_kernels``; compressed ones need the caller's
+``Decompress`` (the controller's codecs, ``envlock.fatbin_codecs``): this
+package runs in the agent on a bare Python and carries no codec.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from typing import IO, Iterable, List, NamedTuple, Optional, Tuple
+from typing import IO, Callable, Iterable, List, NamedTuple, Optional, Tuple
 
-from envlock.binary import _lz4, _zstd
+from envlock.binary.elf import ElfError, read_bytes_at, read_section_table
 
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 EXECUTABLE_SECTION = ".nv_fatbin"
@@ -107,6 +109,10 @@ class FatbinEntry(NamedTuple):
             and self.compression != "unknown"
             and not self.unexplained_flags
         )
+
+
+# (entry, its compressed bytes) -> the image, or None when it cannot be decoded.
+Decompress = Callable[[FatbinEntry, bytes], Optional[bytes]]
 
 
 @dataclass(frozen=True)
@@ -381,8 +387,10 @@ def cubin_facts(data: bytes) -> Optional[CubinFacts]:
         sm, suffix = e_flags & 0xFF, "a" if e_flags & _EF_ACCEL_V1 else ""
     try:
         sections = _cubin_sections(data)
-    except (struct.error, ValueError):
+    except (ElfError, struct.error):
         return None
+    if not any(name for name, _body in sections):
+        return None  # no section names: nothing to tell kernels from data
     for name, body in sections:
         if name == ".nv.compat" and _compat_attribute(body, _COMPAT_ARCH_SPECIFIC) == 1:
             suffix = "a"
@@ -420,20 +428,10 @@ def read_cubin(stream: IO[bytes]) -> FatbinContainer:
 
 
 def _cubin_sections(data: bytes) -> List[Tuple[str, bytes]]:
-    (shoff,) = struct.unpack_from("<Q", data, 40)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
-    if shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= max(shnum, 1):
-        raise ValueError("section header table out of range")
-    raw = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names_at, names_size = raw[shstrndx][4], raw[shstrndx][5]
-    names = data[names_at : names_at + names_size]
-    result = []
-    for name_at, kind, _flags, _addr, offset, size in raw:
-        end = names.find(b"\0", name_at)
-        name = names[name_at : end if end >= 0 else len(names)].decode("utf-8", "replace")
-        body = b"" if kind == 8 else data[offset : offset + size]  # SHT_NOBITS has no bytes
-        result.append((name, body))
-    return result
+    """(name, bytes) of every section of a cubin in memory; raises ElfError when damaged."""
+    table = read_section_table(read_bytes_at(data), len(data))
+    # SHT_NOBITS has no bytes in the file
+    return [(s.name, b"" if s.type == "SHT_NOBITS" else data[s.offset : s.offset + s.size]) for s, _ in table]
 
 
 def _compat_attribute(body: bytes, wanted: int) -> Optional[int]:
@@ -454,26 +452,22 @@ def _compat_attribute(body: bytes, wanted: int) -> Optional[int]:
 # --- payloads -----------------------------------------------------------------
 
 
-def read_payload(stream: IO[bytes], entry: FatbinEntry, limit: int) -> Optional[bytes]:
-    """The entry's image, decompressed; None when unreadable or larger than ``limit``."""
-    if not entry.usable or entry.uncompressed_size > limit or entry.payload_size > limit:
+def read_payload(
+    stream: IO[bytes], entry: FatbinEntry, decompress: Optional[Decompress] = None
+) -> Optional[bytes]:
+    """The entry's image; None when unreadable, or compressed and no ``decompress`` is given."""
+    if not entry.usable:
         return None
     data = _read(stream, entry.offset + entry.header_size, entry.payload_size)
     if len(data) != entry.payload_size:
         return None
-    try:
-        if entry.compression == "lz4":
-            return _lz4.decompress_block(data[: entry.compressed_size], entry.uncompressed_size)
-        if entry.compression == "zstd":
-            out = _zstd.decompress(data[: entry.compressed_size], limit)
-            return out if len(out) == entry.uncompressed_size else None
-    except (_lz4.Lz4Error, _zstd.ZstdError):
-        return None
-    return data
+    if entry.compression == "none":
+        return data
+    return decompress(entry, data[: entry.compressed_size]) if decompress is not None else None
 
 
 def container_has_kernels(
-    stream: IO[bytes], container: FatbinContainer, limit: int = 1 << 20
+    stream: IO[bytes], container: FatbinContainer, decompress: Optional[Decompress] = None
 ) -> Optional[bool]:
     """Whether the container's code defines any kernel; None when no image could be read.
 
@@ -487,7 +481,7 @@ def container_has_kernels(
         key=lambda e: (e.kind != KIND_ELF, e.compression != "none", e.uncompressed_size or e.payload_size),
     )
     for entry in candidates:
-        data = read_payload(stream, entry, limit)
+        data = read_payload(stream, entry, decompress)
         if data is None:
             continue
         if entry.kind == KIND_ELF:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from envlock import __version__
 from envlock.cli.commands import COMMANDS
-from envlock.cli.render import envelope
 from envlock.errors import EnvlockError, ExitCode
+from envlock.render import envelope
 
 
 def _chosen(argv: Sequence[str]) -> str | None:

@@ -6,10 +6,11 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import ProgressBar, envelope, human_size, table
+from envlock.cli.progress import ProgressBar
 from envlock.cli.smoke_render import render_text as smoke_text
 from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
+from envlock.render import envelope, human_size, table
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:

@@ -7,8 +7,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import ProgressBar, envelope, human_size, table
+from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
+from envlock.render import envelope, human_size, table
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import envelope
 from envlock.diff import LockDiff, PackageChange, diff
 from envlock.errors import ExitCode
 from envlock.loadable import LoadProblem
+from envlock.render import envelope
 from envlock.workspace import open_workspace
 
 

@@ -17,8 +17,8 @@ import sys
 from typing import Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import envelope
 from envlock.errors import EnvlockError, ExitCode
+from envlock.render import envelope
 from envlock.workspace import open_workspace
 
 ATTRIBUTE = "locks/*.toml diff=envlock"

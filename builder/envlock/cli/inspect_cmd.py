@@ -6,12 +6,12 @@ import argparse
 import time
 from typing import Any
 
-from envlock.binary.compat import JIT, NATIVE
+from envlock.binary.cuda import JIT, NATIVE
 from envlock.binary.fatbin import FatbinContainer, FatbinEntry
 from envlock.cli.commands import summary
-from envlock.cli.render import envelope, table
 from envlock.errors import ExitCode
 from envlock.inspect import InspectResult, LibraryResult, inspect_path
+from envlock.render import envelope, table
 
 _ARCHES_SHOWN = 8
 

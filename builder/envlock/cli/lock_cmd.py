@@ -6,8 +6,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import envelope, table
 from envlock.errors import ExitCode
+from envlock.render import envelope, table
 
 if TYPE_CHECKING:
     from envlock.resolve import LockResult

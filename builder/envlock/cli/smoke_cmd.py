@@ -8,9 +8,9 @@ import time
 from typing import Any, TextIO
 
 from envlock.cli.commands import summary
-from envlock.cli.render import envelope
 from envlock.cli.smoke_render import render_text, result_json
 from envlock.errors import EnvlockError, ExitCode
+from envlock.render import envelope
 from envlock.smoke import SmokeOptions, smoke
 from envlock.workspace import open_workspace
 

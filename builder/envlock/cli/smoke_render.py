@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from envlock.cli.render import table
+from envlock.render import table
 from envlock.smoke import ModuleResult, SmokeResult
 
 CASCADE_SHOWN = 5  # modules named per cause before the rest is counted

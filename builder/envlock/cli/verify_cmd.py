@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 from envlock.cli.commands import summary
-from envlock.cli.render import ProgressBar, envelope, table
+from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
+from envlock.render import envelope, table
 from envlock.verify import FLAGS, FileDrift, VerifyResult, verify
 from envlock.workspace import open_workspace
 

@@ -104,7 +104,7 @@ def lock_host(
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:
     """A GPU needs at least the driver of the first CUDA release that knows it."""
-    from envlock.binary.compat import Gpu, gpu_driver, parse_driver
+    from envlock.binary.cuda import Gpu, gpu_driver, parse_driver
 
     if env.driver is None:
         return

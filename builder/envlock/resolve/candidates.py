@@ -228,7 +228,7 @@ def _sha(path: Path) -> str:
 
 
 def _inspect_problem(path: Path, cc: str, driver: str | None) -> str | None:
-    from envlock.binary.compat import NO_IMAGE, WONT_LOAD
+    from envlock.binary.cuda import NO_IMAGE, WONT_LOAD
     from envlock.inspect import inspect_path
 
     result = inspect_path(path, gpu=cc, driver=driver)

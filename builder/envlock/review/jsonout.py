@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envlock.cli.render import envelope
+from envlock.render import envelope
 from envlock.review.model import Finding, Review
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envlock.cli.render import table
+from envlock.render import table
 from envlock.review.model import RANK, Review
 
 _LABEL = {"block": "BLOCK", "warn": "warn", "info": "info"}

@@ -1,44 +1,12 @@
-"""Terminal rendering: progress bars, tables, sizes, and the JSON envelope."""
+"""The terminal progress bar for long transfers (stderr, only on a TTY)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-SCHEMA_VERSION = 1
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        out = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)]
-        return "  ".join(out).rstrip()
-
-    rule = "  ".join("─" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
-
-
-def envelope(command: str, ok: bool, payload: dict[str, Any]) -> str:
-    return json.dumps(
-        {"schema_version": SCHEMA_VERSION, "command": command, "ok": ok, **payload},
-        indent=2,
-        sort_keys=True,
-    )
+from envlock.render import human_size
 
 
 class ProgressBar:
