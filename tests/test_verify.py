@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Index, write_profile
+from envlock.lock.compare import change_flags, compare_rows
 from envlock.lock.model import FileEntry
-from envlock.verify import change_flags, compare_rows
 from helpers import UV, make_venv, make_wheel, run_envlock, uv_install
 
 

@@ -24,22 +24,24 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envlock.agent.journal import AFTER_SWAP
+from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
+from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
+from envlock.drift import VerifyResult
 from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
 from envlock.fetch import Fetched, blob, fetch_all, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
+from envlock.lock.compare import version_kind
 from envlock.lock.digest import check_lock_digest, tree_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
-from envlock.smoke import DRIVER_LIBRARIES, SmokeResult, build_result, host_has_gpu
+from envlock.smokereport import SmokeResult, build_result, host_has_gpu
 from envlock.store import Store
 from envlock.transfer import Item, push
 from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
-from envlock.verify import VerifyResult
 from envlock.workspace import Workspace
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
@@ -109,7 +111,6 @@ def check_digest(lock: Lock, shown: str) -> None:
 
 def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:
     from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
 
     # The live venv reports dist-info names as written (PyYAML, typing_extensions).
     before: dict[str, str] = {canonicalize_name(name): version for name, version in live or []}
@@ -120,15 +121,7 @@ def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]
         if old == new:
             changes.append(Change(name, "rebuilt", old, new))
             continue
-        if old is None:
-            kind = "added"
-        elif new is None:
-            kind = "removed"
-        else:
-            try:
-                kind = "upgrade" if Version(new) > Version(old) else "downgrade"
-            except InvalidVersion:
-                kind = "upgrade"
+        kind = "added" if old is None else "removed" if new is None else version_kind(old, new)
         changes.append(Change(name, kind, old, new))
     return tuple(changes)
 
@@ -244,7 +237,7 @@ def build_plan(
         "smoke_modules": sorted({m for p in lock.packages for m in p.top_level}),
         "smoke_checks": list(profile.smoke_checks),
         # A host without a GPU skips modules that only lack the driver's libraries.
-        "smoke_skip_missing": [] if host_has_gpu(profile, lock) else list(DRIVER_LIBRARIES),
+        "smoke_skip_missing": [] if host_has_gpu(profile, lock) else list(DRIVER_LIBRARY_PREFIXES),
         "allow_smoke_failures": options.allow_smoke_failures,
         "force": force,
         "keep_staging": options.keep_staging,
@@ -326,7 +319,7 @@ def _describes(lock: Lock, host: str, state: dict[str, Any]) -> bool:
 def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
     """Hand edits an apply of this lock would discard: verify's findings."""
     from envlock.capture.live import snapshot_live
-    from envlock.verify import compare, read_locked
+    from envlock.drift import compare, read_locked
 
     locked, manifest = read_locked(workspace, host)
     found = compare(locked, manifest, snapshot_live(workspace, host), workspace.lock_path(host))

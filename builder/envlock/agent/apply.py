@@ -34,15 +34,15 @@ from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 from envlock.agent import journal
 from envlock.agent.hashing import StatCache
 from envlock.agent.journal import JournalError, StateDir, fault, ident
-from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold, relocate
 from envlock.agent.pathguard import check_script_key, safe_join
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory
 from envlock.agent.stamp import applied, read_stamp, stamp_matches
+from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.swap import SwapError, recover, swap_in
 from envlock.agent.venvguard import path_refusal, replace_refusal
 
 __all__ = ["ApplyError", "applied", "apply_status", "rollback", "run_apply"]
-
 
 
 class ApplyError(Exception):
@@ -274,12 +274,6 @@ def install(plan: Dict[str, Any], staging: str) -> None:
         )  # fmt: skip
     finally:
         os.unlink(requirements)
-
-
-def relocate(data: bytes, old: str, new: str) -> bytes:
-    """Point a script's interpreter line at ``new`` instead of ``old``."""
-    head, tail = data[:512], data[512:]
-    return head.replace(old.encode() + b"/bin/", new.encode() + b"/bin/") + tail
 
 
 def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
@@ -656,7 +650,7 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             raise ApplyError(
                 "the new venv is live at %s, but the apply stopped at %s (%s): %s; "
                 "the next apply or rollback finishes it"
-                % (venv, entry["step"], journal.AFTER_SWAP.get(entry["step"], ""), exc)
+                % (venv, entry["step"], AFTER_SWAP.get(entry["step"], ""), exc)
             ) from exc
         # The files kept their inodes and times through the rename: the
         # hashes just verified are valid for the venv's own stat cache.

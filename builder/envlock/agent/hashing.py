@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from envlock.agent.layout import is_library_name
 from envlock.binary.elf import ElfError, is_elf, read_elf_facts
 
 CHUNK = 1 << 20
@@ -29,10 +30,6 @@ class UnreadableFile(Exception):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: cannot read: {reason}")
         self.path = path
-
-
-def is_library_name(name: str) -> bool:
-    return name.endswith(".so") or ".so." in name
 
 
 def _stat_key(st: os.stat_result) -> List[int]:

@@ -33,14 +33,8 @@ import os
 import signal
 from typing import Any, Dict, List, Optional
 
-STEPS = ("stage", "verify", "swap", "keep", "cleanup", "stamp")
-# What each step after the exchange does, for messages about an apply stopped there.
-AFTER_SWAP = {
-    "swap": "swapping the new venv in",
-    "keep": "keeping the replaced venv as the rollback copy",
-    "cleanup": "deleting the older rollback copy",
-    "stamp": "writing the no-op stamp",
-}
+from envlock.agent.steps import STEPS
+
 FAULT_POINTS = ("stage", "install", "verify", "smoke", "swap", "keep", "cleanup", "stamp")
 
 Ident = List[int]  # [st_dev, st_ino] of a directory

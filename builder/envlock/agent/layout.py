@@ -6,6 +6,7 @@ it, apply (agent, on the host) verifies a staged venv with it.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, List, Set
 
 # Written by installers into a .dist-info; excluded from digests.
@@ -40,6 +41,25 @@ def is_bookkeeping(rel: str) -> bool:
 
 def is_bytecode(rel: str) -> bool:
     return rel.endswith(".pyc") or "/__pycache__/" in "/" + rel
+
+
+_SHEBANG = re.compile(rb"^#!.*?/bin/python[0-9.]*[ \t]*(\r?\n)")
+
+
+def unshebang(data: bytes) -> bytes:
+    """``#!/venv/bin/python3`` -> ``#!python``, which installers rewrite for the target."""
+    return _SHEBANG.sub(lambda m: b"#!python" + m.group(1), data, count=1)
+
+
+def relocate(data: bytes, old: str, new: str) -> bytes:
+    """Point a script's interpreter line at venv ``new`` instead of ``old``."""
+    head, tail = data[:512], data[512:]
+    return head.replace(old.encode() + b"/bin/", new.encode() + b"/bin/") + tail
+
+
+def is_library_name(name: str) -> bool:
+    """A shared library's file name (``libx.so``, ``libx.so.1``, ``_ext.cpython-311-x86_64-linux-gnu.so``)."""
+    return name.endswith(".so") or ".so." in name
 
 
 def import_names(site_paths: Iterable[str]) -> List[str]:

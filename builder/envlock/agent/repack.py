@@ -21,10 +21,10 @@ import zipfile
 from typing import BinaryIO, List, Optional, Tuple
 
 from envlock.agent.dists import console_scripts, parse_metadata, parse_record
+from envlock.agent.layout import unshebang
 
 BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_SHEBANG = re.compile(rb"^#!.*?/bin/python[0-9.]*[ \t]*(\r?\n)")
 
 
 def wheel_filename(name: str, version: str, tags: List[str]) -> str:
@@ -50,11 +50,6 @@ def is_bookkeeping(site_rel: str) -> bool:
 def _record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
     return "sha256=" + digest.decode()
-
-
-def unshebang(data: bytes) -> bytes:
-    """``#!/venv/bin/python3`` -> ``#!python``, which installers rewrite for the target."""
-    return _SHEBANG.sub(lambda m: b"#!python" + m.group(1), data, count=1)
 
 
 def plan_entries(venv: str, site: str, dist_info: str) -> Tuple[List[Tuple[str, str]], str, str, List[str]]:

@@ -23,8 +23,7 @@ from envlock.agent.hostfacts import (
     platform_facts,
     read_pyvenv_cfg,
 )
-from envlock.agent.layout import is_scaffold
-from envlock.agent.repack import unshebang
+from envlock.agent.layout import is_scaffold, unshebang
 
 SKIP_DIRS = {"__pycache__"}
 

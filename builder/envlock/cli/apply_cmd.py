@@ -15,7 +15,7 @@ from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
     from envlock.apply import ApplyResult
-    from envlock.verify import VerifyResult
+    from envlock.drift import VerifyResult
 
 DRIFT_SHOWN = 20  # findings listed in the plan before the rest is counted
 PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from envlock.changes import LockDiff, PackageChange
 from envlock.cli.commands import summary
-from envlock.diff import LockDiff, PackageChange, diff
+from envlock.diff import diff
 from envlock.errors import ExitCode
 from envlock.loadable import LoadProblem
 from envlock.render import envelope

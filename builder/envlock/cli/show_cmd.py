@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from envlock.cli.commands import summary
-from envlock.diff import gpu_summary, platform_summary
 from envlock.errors import EnvlockError, ExitCode
 from envlock.lock.io import read_lock
 from envlock.lock.model import Lock, Package
+from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.render import envelope, human_size, table
 from envlock.workspace import open_workspace
 

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from envlock.render import table
-from envlock.smoke import ModuleResult, SmokeResult
+from envlock.smokereport import ModuleResult, SmokeResult
 
 CASCADE_SHOWN = 5  # modules named per cause before the rest is counted
 

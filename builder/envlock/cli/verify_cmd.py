@@ -8,9 +8,11 @@ from typing import Any
 
 from envlock.cli.commands import summary
 from envlock.cli.progress import ProgressBar
+from envlock.drift import VerifyResult
 from envlock.errors import ExitCode
+from envlock.lock.compare import FLAGS, FileDrift
 from envlock.render import envelope, table
-from envlock.verify import FLAGS, FileDrift, VerifyResult, verify
+from envlock.verify import verify
 from envlock.workspace import open_workspace
 
 FOLD = 10  # files listed per drifted distribution before the rest is counted

@@ -6,8 +6,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from envlock.agent.apply import relocate
+from envlock.agent.layout import relocate
 from envlock.fetch import blob
+from envlock.lock.compare import version_kind
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import Artifact, FileEntry, HostGpu, Interpreter, Lock, Package, Platform
@@ -36,7 +37,7 @@ def deviation_reason(
     if cand.version.public == ref_cand.version.public if ref_cand else False:
         change = f"the same version, another artifact: {cand.filename}"
     else:
-        direction = "upgrade" if ref_cand is None or cand.version > ref_cand.version else "downgrade"
+        direction = "upgrade" if ref_cand is None else version_kind(str(ref_cand.version), str(cand.version))
         change = f"{direction} {ref.version} -> {cand.version}: {cand.filename}"
     source = f" from {cand.index}" if cand.index else ""
     return f"the reference's wheel does not fit: {why}; chose {change}{source}"

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
-from envlock.agent.hashing import is_library_name
-from envlock.agent.layout import is_bookkeeping
-from envlock.agent.repack import unshebang
+from envlock.agent.layout import is_bookkeeping, is_library_name, unshebang
 from envlock.binary.elf import ElfError, is_elf, read_elf_facts
 from envlock.capture.files import native_lib, top_level_names
 from envlock.lock.model import FileEntry, NativeLib

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envlock.diff import diff_pair
+from envlock.changes import diff_pair
 from envlock.errors import LockError
 from envlock.lock.digest import digest_problem
 from envlock.lock.io import LOCK_LIMIT

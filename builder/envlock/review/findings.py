@@ -28,13 +28,14 @@ from collections.abc import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from envlock.diff import LockDiff, PackageChange, artifact_change, gpu_ccs, gpu_summary, platform_summary
+from envlock.changes import LockDiff, PackageChange, artifact_change
 from envlock.loadable import LoadProblem, is_host_library, library_label
+from envlock.lock.compare import compare_rows
 from envlock.lock.model import FileEntry, Lock, NativeLib
+from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.review.gpu import arches_dropped, coverage_lost, device_code
 from envlock.review.model import RANK, Change, Finding, HostFacts, LockReview, LockStatus
 from envlock.review.yanked import YankedCheck
-from envlock.verify import compare_rows
 
 FILE_LINES = 200  # per package, before the rest is counted
 
@@ -195,7 +196,7 @@ def review_diff(
     ``tampered``: why the head's digest does not match its contents, if it does not.
     """
     head = diff.b if status != "removed" else diff.a
-    ccs = gpu_ccs(head) or gpu_ccs(diff.a)
+    ccs = _ccs(head) or _ccs(diff.a)
     by_package: dict[str, list[Finding]] = {}
     lock_findings: list[Finding] = []
     if tampered is not None:
@@ -243,3 +244,7 @@ def review_diff(
 
 def _rank(severity: str) -> int:
     return RANK[severity]
+
+
+def _ccs(lock: Lock) -> tuple[str, ...]:
+    return lock.gpu.ccs if lock.gpu is not None else ()

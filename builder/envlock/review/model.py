@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from envlock.lock.compare import ChangeKind
+
 Severity = Literal["block", "warn", "info"]
 SEVERITIES: tuple[Severity, ...] = ("block", "warn", "info")
 RANK: dict[str, int] = {"block": 3, "warn": 2, "info": 1, "never": 99}
-ChangeKind = Literal["upgrade", "downgrade", "added", "removed", "artifact"]
 LockStatus = Literal["changed", "added", "removed"]
 
 
