@@ -151,7 +151,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, 
 
 
 def _whole_diff(a: Path, b: Path) -> None:
-    from envlock.diff import diff_locks
+    from envlock.changes import diff_locks
     from envlock.lock.io import read_lock
 
     diff_locks(read_lock(a), read_lock(b))

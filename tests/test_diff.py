@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from conftest import Index, write_profile
-from envlock.diff import diff_locks
+from envlock.changes import diff_locks
 from helpers import make_venv, run_envlock, uv_install
 from lockfactory import lib, make_lock, pkg, seed_locks, write_lock_files
 

@@ -683,7 +683,10 @@ def test_an_edited_manifest_is_refused(tmp_path: Path) -> None:
     manifest.write_bytes(data.replace(b"\t100\tf\n", b"\t101\tf\n", 1))
     with pytest.raises(LockError) as caught:
         checked_lock(workspace, "ct200")
-    assert str(caught.value) == f"{manifest}: sha256 does not match the lock's tool.envlock.manifest.sha256"
+    assert str(caught.value) == (
+        "locks/pylock.ct200.files.tsv: sha256 does not match locks/pylock.ct200.toml's "
+        "tool.envlock.manifest.sha256 (edited by hand? capture again or restore it)"
+    )
 
 
 def test_a_manifest_edited_with_the_lock_hash_updated_fails_the_tree_digest(tmp_path: Path) -> None:

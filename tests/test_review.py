@@ -383,13 +383,13 @@ def test_a_lock_reviewed_against_itself_finds_nothing(lock: Lock) -> None:
 @given(locks(), locks())
 def test_partial_parse_gives_the_same_review_as_whole_locks(base: Lock, head: Lock) -> None:
     """lockpair parses only differing blocks; the result must equal a review of both locks parsed whole."""
-    from envlock.diff import diff_locks
+    from envlock.changes import diff_locks
     from envlock.lockpair import pair_from_texts
 
     pair = pair_from_texts(render_lock(base).decode(), "a", render_lock(head).decode(), "b")
     assert pair.names_a == {p.name for p in base.packages}
     whole = diff_locks(base, head, "a", "b")
-    from envlock.diff import diff_pair
+    from envlock.changes import diff_pair
 
     partial = diff_pair(pair, "a", "b")
     assert partial.changes == whole.changes

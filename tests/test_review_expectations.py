@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent / "cases"))
 
 from regen import CASES, NEEDS_CUDA_IMAGES, run_case
 
-from envlock.diff import PackageChange
+from envlock.changes import PackageChange
 from envlock.review.findings import package_findings
 from lockfactory import HAS_CUDA_IMAGES, pkg
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from envlock.diff import PackageChange, artifact_change
+from envlock.changes import PackageChange, artifact_change
 from envlock.lock.io import render_lock
 from envlock.lock.model import Lock
 from envlock.review import LockVersions, ReviewOptions, review_versions

@@ -33,9 +33,8 @@ from envlock.fetch import Fetched, blob, fetch_all, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.compare import version_kind
-from envlock.lock.digest import check_lock_digest, tree_digest
+from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
-from envlock.lock.manifest import read_manifest
 from envlock.lock.model import FileEntry, Lock
 from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
 from envlock.smokereport import SmokeResult, build_result, host_has_gpu
@@ -90,18 +89,8 @@ class ApplyResult:
 
 def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]]:
     """The lock and its manifest, refused when either was edited after envlock wrote them."""
-    path = workspace.lock_path(host)
-    shown = str(path.relative_to(workspace.root))
-    lock = read_lock(path, shown=shown)
-    rows = read_manifest(workspace.manifest_path(host), lock.manifest_sha256)
-    by_owner: dict[str, list[FileEntry]] = {}
-    for row in rows:
-        by_owner.setdefault(row.owner, []).append(row)
-    for pkg in lock.packages:
-        if tree_digest(by_owner.get(pkg.name, [])) != pkg.tree_digest:
-            raise LockError(f"{shown}: {pkg.name}: tree-digest does not match the manifest (edited by hand?)")
-    check_digest(lock, shown)
-    return lock, rows
+    locked = workspace.read_locked(host)
+    return locked.lock, locked.rows()
 
 
 def check_digest(lock: Lock, shown: str) -> None:
@@ -258,13 +247,11 @@ def apply(
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
         raise EnvlockError(f"{profile.path}: {refused}")
-    path = workspace.lock_path(host)
-    lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
-    # The lock's own digest must match its packages before it is trusted even
+    # The lock's own digest must match what it says before it is trusted even
     # for the no-op check; the manifest and every tree digest are checked
     # (checked_lock) before anything is changed.
-    shown = str(path.relative_to(workspace.root))
-    check_digest(lock, shown)
+    lock = workspace.read_lock(host)
+    shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
         python = lock_python(transport, profile, lock, shown).path
         state = json.loads(
@@ -319,10 +306,10 @@ def _describes(lock: Lock, host: str, state: dict[str, Any]) -> bool:
 def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
     """Hand edits an apply of this lock would discard: verify's findings."""
     from envlock.capture.live import snapshot_live
-    from envlock.drift import compare, read_locked
+    from envlock.drift import compare
 
-    locked, manifest = read_locked(workspace, host)
-    found = compare(locked, manifest, snapshot_live(workspace, host), workspace.lock_path(host))
+    locked = workspace.read_locked(host)
+    found = compare(locked.lock, locked.manifest, snapshot_live(workspace, host), workspace.lock_path(host))
     # Damaged bytecode is not a hand edit: the plan lists it, the apply rebuilds it.
     return found if found.files or found.dists else None
 
@@ -371,7 +358,7 @@ def _apply(
     )
     if report.get("failed") == "smoke":
         # Explained exactly as `envlock smoke` explains it, against the lock being applied.
-        lock_shown = str(workspace.lock_path(profile.name).relative_to(workspace.root))
+        lock_shown = workspace.shown(workspace.lock_path(profile.name))
         smoked = build_result(profile, lock, lock_shown, host_has_gpu(profile, lock), report["smoke_report"])
         return replace(result, smoke_failure=smoked, kept_staging=report.get("kept"))
     return result

@@ -43,7 +43,7 @@ def open_side(workspace: Workspace, spec: str) -> Side:
         path = workspace.lock_path(spec)
     elif not path.is_absolute() and not path.exists():
         path = workspace.root / spec
-    shown = str(path.relative_to(workspace.root)) if path.is_relative_to(workspace.root) else str(path)
+    shown = workspace.shown(path)
     return Side(spec, shown, text=read_lock_text(path, shown))
 
 

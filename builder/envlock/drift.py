@@ -15,13 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envlock.capture.live import LiveVenv
-from envlock.errors import LockError
 from envlock.lock.compare import DistDrift, FileDrift, compare_dists, compare_rows
-from envlock.lock.digest import check_lock_digest
-from envlock.lock.io import read_lock
-from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest_bytes
+from envlock.lock.manifest import parse_manifest
 from envlock.lock.model import Lock
-from envlock.workspace import Workspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,23 +37,6 @@ class VerifyResult:
     @property
     def clean(self) -> bool:
         return not (self.dists or self.files or self.bytecode or self.python_locked != self.python_live)
-
-
-def read_locked(workspace: Workspace, host: str) -> tuple[Lock, bytes]:
-    """The lock and its manifest's bytes, the manifest checked against the lock's sha256."""
-    lock_path = workspace.lock_path(host)
-    shown = str(lock_path.relative_to(workspace.root))
-    lock = read_lock(lock_path, shown=shown)
-    check_lock_digest(lock, shown)
-    manifest_path = workspace.manifest_path(host)
-    shown_manifest = str(manifest_path.relative_to(workspace.root))
-    data = read_manifest_bytes(manifest_path, shown_manifest)
-    if manifest_sha256(data) != lock.manifest_sha256:
-        raise LockError(
-            f"{shown_manifest}: sha256 does not match {shown}'s tool.envlock.manifest.sha256 "
-            "(edited by hand? capture again or restore it)"
-        )
-    return lock, data
 
 
 def compare(lock: Lock, manifest: bytes, live: LiveVenv, lock_path: Path) -> VerifyResult:

@@ -74,7 +74,7 @@ def smoke_host(
     lock_path = workspace.lock_path(profile.name)
     lock_shown = None
     if lock is None and lock_path.is_file():
-        lock_shown = str(lock_path.relative_to(workspace.root))
+        lock_shown = workspace.shown(lock_path)
         lock = read_lock(lock_path, shown=lock_shown)
     elif lock is not None:
         lock_shown = f"pylock.{lock.host}.toml"

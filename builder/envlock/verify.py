@@ -18,7 +18,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from envlock.capture.live import snapshot_live
-from envlock.drift import VerifyResult, compare, read_locked
+from envlock.drift import VerifyResult, compare
 from envlock.lock.io import read_lock
 from envlock.transport import ProgressCallback
 from envlock.workspace import Workspace
@@ -35,12 +35,12 @@ def verify(
     """Compare ``host``'s live venv with its lock."""
     lock_path = workspace.lock_path(host)
     if not lock_path.is_file():
-        read_lock(lock_path, shown=str(lock_path.relative_to(workspace.root)))  # raises the usual message
+        read_lock(lock_path, shown=workspace.shown(lock_path))  # raises the usual message
     # The agent is another process: read and check the lock while it walks the venv.
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(
             snapshot_live, workspace, host, use_cache=use_cache, jobs=jobs, on_progress=on_progress
         )
-        lock, manifest = read_locked(workspace, host)
+        locked = workspace.read_locked(host)
         live = running.result()
-    return compare(lock, manifest, live, lock_path)
+    return compare(locked.lock, locked.manifest, live, lock_path)

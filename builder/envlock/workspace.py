@@ -5,8 +5,38 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envlock.errors import EnvlockError
+from envlock.errors import EnvlockError, LockError
+
+if TYPE_CHECKING:  # the lock modules are imported when a lock is read: start-up stays small
+    from envlock.lock.model import FileEntry, Lock
+
+
+@dataclass(frozen=True, slots=True)
+class LockedVenv:
+    """A host's lock and its manifest, both as envlock wrote them (checked when read)."""
+
+    lock: Lock
+    manifest: bytes
+    shown: str  # the lock's path as the user sees it
+    manifest_shown: str
+
+    def rows(self) -> list[FileEntry]:
+        """The manifest's rows; each package's rows must give its tree digest."""
+        from envlock.lock.digest import tree_digest
+        from envlock.lock.manifest import parse_manifest
+
+        rows = parse_manifest(self.manifest, self.manifest_shown)
+        by_owner: dict[str, list[FileEntry]] = {}
+        for row in rows:
+            by_owner.setdefault(row.owner, []).append(row)
+        for pkg in self.lock.packages:
+            if tree_digest(by_owner.get(pkg.name, [])) != pkg.tree_digest:
+                raise LockError(
+                    f"{self.shown}: {pkg.name}: tree-digest does not match the manifest (edited by hand?)"
+                )
+        return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +66,57 @@ class Workspace:
 
     def profile_path(self, host: str) -> Path:
         return self.hosts_dir / f"{host}.toml"
+
+    def shown(self, path: Path) -> str:
+        """A path as messages show it: relative to the workspace when inside it."""
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+
+    def read_lock(self, host: str) -> Lock:
+        """``locks/pylock.<host>.toml``, refused when its digest does not cover what it says."""
+        from envlock.lock.digest import check_lock_digest
+        from envlock.lock.io import read_lock
+
+        path = self.lock_path(host)
+        lock = read_lock(path, shown=self.shown(path))
+        check_lock_digest(lock, self.shown(path))
+        return lock
+
+    def read_locked(self, host: str, lock: Lock | None = None) -> LockedVenv:
+        """The lock (``lock``: already read by ``read_lock``) and its manifest, the manifest's
+        sha256 checked against the lock's."""
+        from envlock.lock.manifest import manifest_sha256, read_manifest_bytes
+
+        lock = lock or self.read_lock(host)
+        shown, manifest_path = self.shown(self.lock_path(host)), self.manifest_path(host)
+        manifest_shown = self.shown(manifest_path)
+        data = read_manifest_bytes(manifest_path, manifest_shown)
+        if manifest_sha256(data) != lock.manifest_sha256:
+            raise LockError(
+                f"{manifest_shown}: sha256 does not match {shown}'s tool.envlock.manifest.sha256 "
+                "(edited by hand? capture again or restore it)"
+            )
+        return LockedVenv(lock, data, shown, manifest_shown)
+
+    def lock_is_current(self, host: str, lock: Lock, manifest: bytes) -> bool:
+        """Would writing ``lock`` and ``manifest`` change nothing on disk?"""
+        from envlock.lock.io import render_lock
+
+        path, manifest_path = self.lock_path(host), self.manifest_path(host)
+        return (
+            path.is_file()
+            and manifest_path.is_file()
+            and path.read_bytes() == render_lock(lock)
+            and manifest_path.read_bytes() == manifest
+        )
+
+    def write_lock_if_changed(self, host: str, lock: Lock, manifest: bytes) -> bool:
+        """Write the lock and its manifest (atomically, manifest first) unless identical; True if written."""
+        from envlock.lock.io import write_lock
+
+        if self.lock_is_current(host, lock, manifest):
+            return False
+        write_lock(lock, self.lock_path(host), self.manifest_path(host), manifest)
+        return True
 
 
 def open_workspace(root: str | os.PathLike[str] | None) -> Workspace:

@@ -22,7 +22,6 @@ from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile
 from envlock.lock.digest import lock_digest, tree_digest
-from envlock.lock.io import render_lock, write_lock
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import (
     FileEntry,
@@ -165,14 +164,10 @@ def build_lock(
     )
     lock_path = workspace.lock_path(host)
     manifest_path = workspace.manifest_path(host)
-    changed = not (
-        lock_path.is_file()
-        and manifest_path.is_file()
-        and lock_path.read_bytes() == render_lock(lock)
-        and manifest_path.read_bytes() == manifest
-    )
-    if changed and options.write:
-        write_lock(lock, lock_path, manifest_path, manifest)
+    if options.write:
+        changed = workspace.write_lock_if_changed(host, lock, manifest)
+    else:
+        changed = not workspace.lock_is_current(host, lock, manifest)
     rows = tuple(manifest_rows) + tuple(extra_rows)
     return CaptureResult(lock, lock_path, manifest_path, changed, stats, tuple(warnings), rows)
 

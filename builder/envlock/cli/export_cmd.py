@@ -30,7 +30,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
     path = workspace.lock_path(args.host)
-    lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
+    lock = read_lock(path, shown=workspace.shown(path))
     text = to_requirements(lock, path.parent)
     if args.output:
         from pathlib import Path

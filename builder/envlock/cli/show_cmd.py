@@ -79,7 +79,7 @@ def _lock_path(root: str | None, spec: str) -> tuple[Path, str]:
         return path, spec
     workspace = open_workspace(root)
     path = workspace.lock_path(spec)
-    return path, str(path.relative_to(workspace.root))
+    return path, workspace.shown(path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     elapsed = time.monotonic() - started
-    shown = str(result.lock_path.relative_to(workspace.root))
+    shown = workspace.shown(result.lock_path)
     if args.format == "json":
         print(envelope("verify", True, {"result": result_json(result, shown, elapsed)}))
     else:

@@ -16,8 +16,7 @@ from typing import Any
 
 from envlock.errors import ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
-from envlock.lock.digest import check_lock_digest
-from envlock.lock.io import read_lock, render_lock, write_lock
+from envlock.lock.io import read_lock
 from envlock.lock.model import Lock
 from envlock.resolve.memo import LockMemo
 from envlock.resolve.target import TargetEnv, target_env
@@ -43,33 +42,32 @@ def lock_host(
     profile = load_profile(workspace, host)
     if profile.reference is None:
         raise ProfileError(f"{profile.path}: reference: missing (the host whose lock {host} derives from)")
-    ref_path = workspace.lock_path(profile.reference)
+    ref_host = profile.reference
     loaded: list[Lock] = []
 
     def reference_lock() -> Lock:
+        # Digest checked: a hand edit to the reference must not be laundered into a valid target lock.
         if not loaded:
-            loaded.append(read_lock(ref_path, shown=str(ref_path.relative_to(workspace.root))))
+            loaded.append(workspace.read_lock(ref_host))
         return loaded[0]
 
     env = target_env(profile, reference_lock, (lambda: probe(profile, reference_lock())) if probe else None)
     _check_driver(profile, env)
     memo = LockMemo(workspace, profile, env)
-    path, manifest_path = workspace.lock_path(host), workspace.manifest_path(host)
     known = memo.lookup()
     if known is not None:
-        lock = read_lock(path, shown=str(path.relative_to(workspace.root)))
+        path = workspace.lock_path(host)
+        lock = read_lock(path, shown=workspace.shown(path))
         return LockResult(lock, env, known, changed=False, stale=False, written=False)
     # The slow path: imported here so the unchanged case stays near start-up cost.
     from envlock.index import IndexClient
-    from envlock.lock.manifest import read_manifest
     from envlock.resolve.assemble import build_target_lock
     from envlock.resolve.candidates import Finder
     from envlock.resolve.solve import resolve
     from envlock.store import Store
 
     reference = reference_lock()
-    check_lock_digest(reference, str(ref_path.relative_to(workspace.root)))  # no laundering a hand edit
-    ref_rows = read_manifest(workspace.manifest_path(profile.reference), reference.manifest_sha256)
+    ref_rows = workspace.read_locked(ref_host, reference).rows()
     urls = profile.index.urls if profile.index else reference.indexes
     links = profile.index.find_links if profile.index else reference.find_links
     store = Store(workspace.store_dir)
@@ -87,19 +85,12 @@ def lock_host(
         store,
         workspace.locks_dir,
     )
-    data = render_lock(lock)
-    same = (
-        path.is_file()
-        and path.read_bytes() == data
-        and manifest_path.is_file()
-        and (manifest_path.read_bytes() == manifest)
-    )
     if check:
+        same = workspace.lock_is_current(host, lock, manifest)
         return LockResult(lock, env, deviations, changed=not same, stale=not same, written=False)
-    if not same:
-        write_lock(lock, path, manifest_path, manifest)
+    written = workspace.write_lock_if_changed(host, lock, manifest)
     memo.remember(deviations, asked_an_index=finder.asked_an_index)
-    return LockResult(lock, env, deviations, changed=not same, stale=False, written=not same)
+    return LockResult(lock, env, deviations, changed=written, stale=False, written=written)
 
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:
