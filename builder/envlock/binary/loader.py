@@ -4,8 +4,9 @@ DT_NEEDED search as ld.so does it (RPATH and its inheritance, RUNPATH,
 ``$ORIGIN``, the directories torch preloads, /etc/ld.so.conf and the
 defaults), symbol versions, and strong undefined symbols against the load
 scope (``Loader``); plus ``demangle`` for showing C++ names. The CUDA
-runtime a library loads is reported so that ``envlock.binary.cuda`` can
-check the driver. Runs in the agent too: Python 3.8, stdlib only.
+runtime a library loads is reported, and checked against the driver by
+``envlock.binary.cuda``'s table. Like all of binary/, Python 3.8 and stdlib
+only, so the agent can run it.
 """
 
 from __future__ import annotations
