@@ -15,6 +15,7 @@ import http.server
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -215,7 +216,7 @@ def test_find_on_index_over_http_locks_the_served_url(
 
 
 def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp_path: Path) -> None:
-    path = tmp_path / "cache" / "provenance.json"
+    path = tmp_path / "cache" / "envlock" / "provenance.json"
     cache = ProvenanceCache(path)
     dist = {"name": "prov", "version": "1.0", "record_sha256": "r1"}
     key = cache.key(dist, ("https://a/simple",))
@@ -236,6 +237,11 @@ def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp
     ):
         assert other != key and reloaded.get(other) is None
     assert [p.name for p in path.parent.iterdir()] == ["provenance.json"]  # no temp file left
+    # A second answer is added to the same file, keys sorted so the file is stable.
+    reloaded.put("0" * 64, found)
+    reloaded.save()
+    assert path.read_text() == json.dumps(reloaded.data, sort_keys=True)
+    assert list(json.loads(path.read_text())) == sorted([key, "0" * 64])
     path.write_text("{not json")
     assert ProvenanceCache(path).data == {}
     ProvenanceCache(None).save()  # nowhere to save: a no-op
@@ -774,6 +780,7 @@ def test_agent_command_line_reaches_the_agent_through_a_shell(tmp_path: Path) ->
     words = ["apply", "--venv", "/opt/my venv", "$(touch x)", "a;b"]
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     argv = transport.agent_argv(f"{venv}/", words)
+    assert argv[-1].startswith(shlex.quote(f"{venv}/bin/python") + " -I -c ")
     missing = subprocess.run(["sh", "-c", argv[-1]], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (99, "@need-bundle\n")
     agent = home / ".cache" / "envlock" / "envlock-agent-k3y"
