@@ -774,7 +774,7 @@ STUB_AGENT = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
 
 def test_agent_command_line_reaches_the_agent_through_a_shell(tmp_path: Path) -> None:
     """The bootstrap runs in the venv's Python, finds the agent by key, passes the words on."""
-    venv = make_venv(tmp_path / "venv")
+    venv = make_venv(tmp_path / "venvX")  # a trailing X: rstrip must strip "/" only
     home = tmp_path / "home"
     transport = SshTransport("h", "user@h", [], tmp_path, "k3y", tmp_path / "bundle.zip")
     words = ["apply", "--venv", "/opt/my venv", "$(touch x)", "a;b"]
