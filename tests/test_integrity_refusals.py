@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -392,11 +393,24 @@ def test_fetch_returns_the_package_and_its_store_path_from_every_source(
     assert not store.has_wheel(packages[1].wheel.sha256, packages[0].wheel.filename)
 
 
+def _ctime_moved(path: Path, before: os.stat_result) -> None:
+    """The kernel stamps ctime from a coarse clock: a change within one tick keeps
+    the old value. Touch again (bounded) until the ctime differs, as it would
+    for any edit made a few milliseconds later."""
+    for _ in range(2000):
+        if path.lstat().st_ctime_ns != before.st_ctime_ns:
+            return
+        time.sleep(0.001)
+        os.utime(path, ns=(path.lstat().st_atime_ns, path.lstat().st_mtime_ns), follow_symlinks=False)
+    raise AssertionError(f"{path}: ctime never moved")
+
+
 def _tamper_same_size_and_mtime(path: Path, data: bytes) -> None:
     st = path.stat()
     assert len(data) == st.st_size
     path.write_bytes(data)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # only ctime (and the bytes) tell
+    _ctime_moved(path, st)
 
 
 def test_a_tampered_store_file_is_refused_even_after_the_verified_cache_saw_it(tmp_path: Path) -> None:
@@ -449,7 +463,9 @@ def test_verified_cache_is_trusted_while_the_stat_key_holds(tmp_path: Path) -> N
     entries[str(path)][4] = "cached answer"
     (store.root / ".verified.json").write_text(json.dumps(entries))
     assert VerifiedCache(store).sha256(path) == "cached answer"
+    before = path.stat()
     os.chmod(path, 0o600)  # ctime moves: the answer is computed again
+    _ctime_moved(path, before)
     assert VerifiedCache(store).sha256(path) == _sha(b"gigabytes")
 
 
@@ -583,7 +599,10 @@ def test_no_op_stamp_holds_only_for_the_same_lock_and_untouched_files(tmp_path: 
     assert applied(str(venv), "sha256:" + "a" * 64)["matches"]
     # Another lock: the venv is not that lock, whatever the files' stat says.
     assert not applied(str(venv), "sha256:" + "b" * 64)["matches"]
-    (venv / "lib" / "m.py").write_text("M = 2\n")
+    before = (venv / "lib" / "m.py").stat()
+    (venv / "lib" / "m.py").write_text("M = 2\n")  # same size
+    os.utime(venv / "lib" / "m.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    _ctime_moved(venv / "lib" / "m.py", before)
     assert not applied(str(venv), "sha256:" + "a" * 64)["matches"]
     write_stamp(str(venv), "sha256:" + "a" * 64)
     os.unlink(venv / "link")
