@@ -23,8 +23,8 @@ test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: setup
-	$(BIN)/ruff check builder tests bench demo
-	$(BIN)/ruff format --check builder tests bench demo
+	$(BIN)/ruff check builder tests bench demo mutation
+	$(BIN)/ruff format --check builder tests bench demo mutation
 	$(BIN)/mypy
 
 # Mutation testing of the integrity code (docs/testing.md): about 15 minutes

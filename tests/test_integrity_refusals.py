@@ -15,10 +15,12 @@ import http.server
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -217,7 +219,7 @@ def test_find_on_index_over_http_locks_the_served_url(
 
 
 def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp_path: Path) -> None:
-    path = tmp_path / "cache" / "provenance.json"
+    path = tmp_path / "cache" / "envlock" / "provenance.json"
     cache = ProvenanceCache(path)
     dist = {"name": "prov", "version": "1.0", "record_sha256": "r1"}
     key = cache.key(dist, ("https://a/simple",))
@@ -238,6 +240,11 @@ def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp
     ):
         assert other != key and reloaded.get(other) is None
     assert [p.name for p in path.parent.iterdir()] == ["provenance.json"]  # no temp file left
+    # A second answer is added to the same file, keys sorted so the file is stable.
+    reloaded.put("0" * 64, found)
+    reloaded.save()
+    assert path.read_text() == json.dumps(reloaded.data, sort_keys=True)
+    assert list(json.loads(path.read_text())) == sorted([key, "0" * 64])
     path.write_text("{not json")
     assert ProvenanceCache(path).data == {}
     ProvenanceCache(None).save()  # nowhere to save: a no-op
@@ -388,11 +395,24 @@ def test_fetch_returns_the_package_and_its_store_path_from_every_source(
     assert not store.has_wheel(packages[1].wheel.sha256, packages[0].wheel.filename)
 
 
+def _ctime_moved(path: Path, before: os.stat_result) -> None:
+    """The kernel stamps ctime from a coarse clock: a change within one tick keeps
+    the old value. Touch again (bounded) until the ctime differs, as it would
+    for any edit made a few milliseconds later."""
+    for _ in range(2000):
+        if path.lstat().st_ctime_ns != before.st_ctime_ns:
+            return
+        time.sleep(0.001)
+        os.utime(path, ns=(path.lstat().st_atime_ns, path.lstat().st_mtime_ns), follow_symlinks=False)
+    raise AssertionError(f"{path}: ctime never moved")
+
+
 def _tamper_same_size_and_mtime(path: Path, data: bytes) -> None:
     st = path.stat()
     assert len(data) == st.st_size
     path.write_bytes(data)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # only ctime (and the bytes) tell
+    _ctime_moved(path, st)
 
 
 def test_a_tampered_store_file_is_refused_even_after_the_verified_cache_saw_it(tmp_path: Path) -> None:
@@ -451,7 +471,9 @@ def test_verified_cache_is_trusted_while_the_stat_key_holds(tmp_path: Path) -> N
     entries[str(path)][4] = "cached answer"
     (store.root / ".verified.json").write_text(json.dumps(entries))
     assert VerifiedCache(store).sha256(path) == "cached answer"
+    before = path.stat()
     os.chmod(path, 0o600)  # ctime moves: the answer is computed again
+    _ctime_moved(path, before)
     assert VerifiedCache(store).sha256(path) == _sha(b"gigabytes")
 
 
@@ -593,7 +615,10 @@ def test_no_op_stamp_holds_only_for_the_same_lock_and_untouched_files(tmp_path: 
     assert applied(str(venv), "sha256:" + "a" * 64)["matches"]
     # Another lock: the venv is not that lock, whatever the files' stat says.
     assert not applied(str(venv), "sha256:" + "b" * 64)["matches"]
-    (venv / "lib" / "m.py").write_text("M = 2\n")
+    before = (venv / "lib" / "m.py").stat()
+    (venv / "lib" / "m.py").write_text("M = 2\n")  # same size
+    os.utime(venv / "lib" / "m.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    _ctime_moved(venv / "lib" / "m.py", before)
     assert not applied(str(venv), "sha256:" + "a" * 64)["matches"]
     write_stamp(StateDir(str(venv)), "sha256:" + "a" * 64)
     os.unlink(venv / "link")
@@ -794,12 +819,13 @@ STUB_AGENT = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
 
 def test_agent_command_line_reaches_the_agent_through_a_shell(tmp_path: Path) -> None:
     """The bootstrap runs in the venv's Python, finds the agent by key, passes the words on."""
-    venv = make_venv(tmp_path / "venv")
+    venv = make_venv(tmp_path / "venvX")  # a trailing X: rstrip must strip "/" only
     home = tmp_path / "home"
     transport = SshTransport("h", "user@h", [], tmp_path, "k3y", tmp_path / "bundle.zip")
     words = ["apply", "--venv", "/opt/my venv", "$(touch x)", "a;b"]
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     argv = transport.agent_argv(f"{venv}/", words)
+    assert argv[-1].startswith(shlex.quote(f"{venv}/bin/python") + " -I -c ")
     missing = subprocess.run(["sh", "-c", argv[-1]], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (99, "@need-bundle\n")
     agent = home / ".cache" / "envlock" / "envlock-agent-k3y"
