@@ -26,6 +26,7 @@ lint: setup
 	$(BIN)/ruff check builder tests bench demo mutation
 	$(BIN)/ruff format --check builder tests bench demo mutation
 	$(BIN)/mypy
+	$(BIN)/mypy --strict tests
 
 # Mutation testing of the integrity code (docs/testing.md): about 15 minutes
 # on 2 cores. mutmut maps files to modules only for ./, src/ and source/

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,11 @@ def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
     return root
 
 
-def _apply(root: Path, host: str = "ct200", *extra: str) -> dict:
+def _apply(root: Path, host: str = "ct200", *extra: str) -> dict[str, Any]:
     proc = run_envlock(root, "apply", host, "--format", "json", *extra)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["result"]
+    result: dict[str, Any] = json.loads(proc.stdout)["result"]
+    return result
 
 
 def _dists(venv: Path) -> set[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from conftest import Reference
 from envlock.lock.io import read_lock
@@ -12,10 +13,11 @@ from envlock.lock.manifest import read_manifest
 from helpers import UV, make_venv, run_envlock, uv_install, walk_payload
 
 
-def capture(root: Path, *extra: str) -> dict:
+def capture(root: Path, *extra: str) -> dict[str, Any]:
     proc = run_envlock(root, "capture", "ct129", "--format", "json", *extra)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["result"]
+    result: dict[str, Any] = json.loads(proc.stdout)["result"]
+    return result
 
 
 def test_capture_records_every_provenance(workspace: Path) -> None:

@@ -70,7 +70,7 @@ def _envlock(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _packages(lock: Path) -> dict[str, tuple[object, ...]]:
     data = tomllib.loads(lock.read_text())
-    out = {}
+    out: dict[str, tuple[object, ...]] = {}
     for pkg in data["packages"]:
         (wheel,) = pkg["wheels"]
         tool = pkg["tool"]["envlock"]

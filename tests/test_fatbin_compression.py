@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 from cuda_helpers import cuda_libs, patched, section  # noqa: F401  (session fixture)
-from envlock.binary import compat
+from envlock.binary import cuda
 from envlock.binary.elf import read_link_facts
 from envlock.binary.fatbin import FLAG_LZ4, FLAG_ZSTD, FatbinContainer, read_fatbin_sections
 
@@ -48,7 +48,7 @@ def test_compressed_size_without_a_flag_is_unknown(cuda_libs: dict[str, Path], t
     entry = containers[0].entries[0]
     assert entry.compressed_size > 0 and not entry.flags & (FLAG_LZ4 | FLAG_ZSTD)
     assert entry.compression == "unknown" and not entry.usable
-    report = compat.judge_images(containers, compat.Gpu(12, 0), None)
+    report = cuda.judge_images(containers, cuda.Gpu(12, 0), None)
     assert report.verdict == "unknown", report
 
 

@@ -20,7 +20,7 @@ from helpers import run_envlock
 @pytest.fixture
 def http_index(index: Index) -> Iterator[str]:
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index.root))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined, method-assign]
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

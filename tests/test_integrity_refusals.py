@@ -271,7 +271,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     root = tmp_path / "www"
     root.mkdir()
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined, method-assign]
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

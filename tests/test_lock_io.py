@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
@@ -125,7 +126,7 @@ def _document_package(name: str = "six", native: tuple[NativeLib, ...] = ()) -> 
     )
 
 
-def _document() -> dict:
+def _document() -> dict[str, Any]:
     return dict(lock_to_dict(make_lock([_document_package()])))
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,7 @@ def _lock(fleet: Path, host: str, *extra: str) -> subprocess.CompletedProcess[st
     return run_envlock(fleet, "lock", host, "--format", "json", *extra)
 
 
-def _packages(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
+def _packages(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
     assert proc.returncode == 0, proc.stderr
     return {p["name"]: p for p in json.loads(proc.stdout)["result"]["packages"]}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ VERSIONS: dict[str, set[tuple[str, str]]] = {
 }
 
 
-def _live(name: str) -> dict:
+def _live(name: str) -> dict[str, Any]:
     if name in NEEDS_CUDA_IMAGES and not HAS_CUDA_IMAGES:
         pytest.skip("the lock model has no per-arch device-code facts")
     _markdown, json_text = run_case(CASES_DIR / name)
