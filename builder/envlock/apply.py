@@ -56,7 +56,7 @@ class ApplyOptions:
     keep_staging: bool = False  # keep the staged venv after any failure, not only verify and smoke
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Change:
     name: str
     kind: str  # added | removed | upgrade | downgrade | rebuilt
@@ -64,7 +64,7 @@ class Change:
     after: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyResult:
     host: str
     venv: str
@@ -108,10 +108,10 @@ def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]
     for name in sorted(before.keys() | after.keys()):
         old, new = before.get(name), after.get(name)
         if old == new:
-            changes.append(Change(name, "rebuilt", old, new))
+            changes.append(Change(name=name, kind="rebuilt", before=old, after=new))
             continue
         kind = "added" if old is None else "removed" if new is None else version_kind(old, new)
-        changes.append(Change(name, kind, old, new))
+        changes.append(Change(name=name, kind=kind, before=old, after=new))
     return tuple(changes)
 
 
@@ -265,7 +265,7 @@ def apply(
         changes = plan_changes(lock, state["dists"])
         bytecode = tuple((str(p), str(why)) for p, why in state.get("bytecode") or [])
         if state["matches"]:
-            return ApplyResult(host, profile.venv, True, options.dry_run, ())
+            return ApplyResult(host=host, venv=profile.venv, noop=True, dry_run=options.dry_run, changes=())
         known = _built_from(lock, state)
         refusal = state.get("refused")
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
@@ -274,15 +274,19 @@ def apply(
         drift = _drift(workspace, host, lock) if state["exists"] and _describes(lock, host, state) else None
         if drift is not None and not options.discard_drift:
             return ApplyResult(
-                host, profile.venv, False, options.dry_run, changes, drift=drift,
-                drift_refused=not options.dry_run, bytecode=bytecode,
+                host=host, venv=profile.venv, noop=False, dry_run=options.dry_run, changes=changes,
+                drift=drift, drift_refused=not options.dry_run, bytecode=bytecode,
             )  # fmt: skip
         if options.dry_run:
-            return ApplyResult(host, profile.venv, False, True, changes, drift=drift, bytecode=bytecode)
+            return ApplyResult(
+                host=host, venv=profile.venv, noop=False, dry_run=True, changes=changes, drift=drift,
+                bytecode=bytecode,
+            )  # fmt: skip
         force = bool(state.get("foreign")) and (known or options.force)
         result = _apply(
-            workspace, profile, lock, rows, transport, python, changes, options, on_progress, step, force
-        )
+            workspace, profile, lock, rows, transport,
+            python=python, changes=changes, options=options, on_progress=on_progress, step=step, force=force,
+        )  # fmt: skip
         return replace(result, drift=drift, bytecode=bytecode)
 
 
@@ -320,6 +324,7 @@ def _apply(
     lock: Lock,
     rows: list[FileEntry],
     transport: Transport,
+    *,
     python: str,
     changes: tuple[Change, ...],
     options: ApplyOptions,
@@ -354,8 +359,9 @@ def _apply(
         raise _what_the_host_reached(profile, python, lock.digest, exc) from exc
     report = json.loads(raw)
     result = ApplyResult(
-        profile.name, profile.venv, False, False, changes, len(pushed.sent), pushed.bytes_sent, report
-    )
+        host=profile.name, venv=profile.venv, noop=False, dry_run=False, changes=changes,
+        pushed_files=len(pushed.sent), pushed_bytes=pushed.bytes_sent, host_report=report,
+    )  # fmt: skip
     if report.get("failed") == "smoke":
         # Explained exactly as `envlock smoke` explains it, against the lock being applied.
         lock_shown = workspace.shown(workspace.lock_path(profile.name))

@@ -79,7 +79,11 @@ def run_capture(
             if unchanged is not None:
                 stop.set()
                 return CaptureResult(
-                    unchanged, workspace.lock_path(host), workspace.manifest_path(host), False, stats
+                    lock=unchanged,
+                    lock_path=workspace.lock_path(host),
+                    manifest_path=workspace.manifest_path(host),
+                    changed=False,
+                    stats=stats,
                 )
         described, inventory = raw.split(b"\n", 1)
         snapshot = {**json.loads(described), **json.loads(inventory)}

@@ -169,7 +169,15 @@ def build_lock(
     else:
         changed = not workspace.lock_is_current(host, lock, manifest)
     rows = tuple(manifest_rows) + tuple(extra_rows)
-    return CaptureResult(lock, lock_path, manifest_path, changed, stats, tuple(warnings), rows)
+    return CaptureResult(
+        lock=lock,
+        lock_path=lock_path,
+        manifest_path=manifest_path,
+        changed=changed,
+        stats=stats,
+        warnings=tuple(warnings),
+        manifest_rows=rows,
+    )
 
 
 def _pack_editable_source(

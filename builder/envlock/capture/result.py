@@ -17,7 +17,7 @@ class CaptureOptions:
     write: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CaptureResult:
     lock: Lock
     lock_path: Path

@@ -23,7 +23,7 @@ from envlock.resolve.target import TargetEnv, target_env
 from envlock.workspace import Workspace
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LockResult:
     lock: Lock
     env: TargetEnv
@@ -58,7 +58,7 @@ def lock_host(
     if known is not None:
         path = workspace.lock_path(host)
         lock = read_lock(path, shown=workspace.shown(path))
-        return LockResult(lock, env, known, changed=False, stale=False, written=False)
+        return LockResult(lock=lock, env=env, deviations=known, changed=False, stale=False, written=False)
     # The slow path: imported here so the unchanged case stays near start-up cost.
     from envlock.index import IndexClient
     from envlock.resolve.assemble import build_target_lock
@@ -74,23 +74,27 @@ def lock_host(
     finder = Finder(env, reference, workspace.locks_dir, IndexClient(tuple(urls), tuple(links)), store)
     chosen, needed_by = resolve(finder, env, reference, profile)
     lock, manifest, deviations = build_target_lock(
-        host,
-        profile.venv,
-        env,
-        reference,
-        ref_rows,
-        finder,
-        chosen,
-        needed_by,
-        store,
-        workspace.locks_dir,
+        host=host,
+        venv=profile.venv,
+        env=env,
+        reference=reference,
+        reference_rows=ref_rows,
+        finder=finder,
+        chosen=chosen,
+        needed_by=needed_by,
+        store=store,
+        lock_dir=workspace.locks_dir,
     )
     if check:
         same = workspace.lock_is_current(host, lock, manifest)
-        return LockResult(lock, env, deviations, changed=not same, stale=not same, written=False)
+        return LockResult(
+            lock=lock, env=env, deviations=deviations, changed=not same, stale=not same, written=False
+        )
     written = workspace.write_lock_if_changed(host, lock, manifest)
     memo.remember(deviations, asked_an_index=finder.asked_an_index)
-    return LockResult(lock, env, deviations, changed=written, stale=False, written=written)
+    return LockResult(
+        lock=lock, env=env, deviations=deviations, changed=written, stale=False, written=written
+    )
 
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:

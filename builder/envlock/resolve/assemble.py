@@ -85,6 +85,7 @@ def _artifact(cand: Candidate, path: Path, lock_dir: Path) -> Artifact:
 
 
 def build_target_lock(
+    *,
     host: str,
     venv: str,
     env: TargetEnv,
