@@ -107,7 +107,7 @@ def test_tampered_lock_is_refused(tmp_path: Path, reference: Reference) -> None:
     manifest.write_text("".join(lines))
     proc = run_envlock(root, "apply", "ct200")
     assert proc.returncode == 2
-    assert "sha256 does not match the lock" in proc.stderr
+    assert "locks/pylock.ct200.files.tsv: sha256 does not match locks/pylock.ct200.toml's" in proc.stderr
     shutil.copy(root / "locks" / "pylock.ct129.files.tsv", manifest)
     tree = 'tree-digest = "sha256:'
     start = text.index(tree, text.index('name = "six"')) + len(tree)
