@@ -119,3 +119,24 @@ def test_fresh_clone_without_store_says_what_is_missing(tmp_path: Path, referenc
     (line,) = proc.stderr.strip().splitlines()
     assert "alpha bin/alpha" in line and "is not in the store" in line
     assert not (clone / "locks/pylock.tgt.toml").exists()
+
+
+def test_diff_of_locks_for_other_venv_paths_ignores_repointed_interpreter_lines() -> None:
+    """A target lock re-points bin/ scripts at its venv: not a change, when the tree digest
+    (scripts hashed with the interpreter line normalised) is the same."""
+    from dataclasses import replace
+
+    from envlock.changes import diff_locks
+    from lockfactory import sha
+
+    tool = replace(pkg("tool", "1.0"), scripts={"bin/tool": sha("#!/opt/ref/bin/python")})
+    ref = make_lock("ref", [tool])
+    repointed = replace(tool, scripts={"bin/tool": sha("#!/srv/tgt/bin/python")})
+    target = replace(make_lock("tgt", [repointed]), venv="/srv/tgt")
+    assert diff_locks(ref, target).changes == ()
+    # At the same path, other script bytes are a change.
+    (change,) = diff_locks(ref, replace(target, venv=ref.venv)).changes
+    assert change.kind == "artifact" and "bin/ files differ" in change.describe("ref", "tgt")
+    # Another script name is a change whatever the paths.
+    renamed = replace(tool, scripts={"bin/other": sha("#!/srv/tgt/bin/python")})
+    assert diff_locks(ref, replace(make_lock("tgt", [renamed]), venv="/srv/tgt")).changes != ()

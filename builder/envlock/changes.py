@@ -84,8 +84,12 @@ class LockDiff:
         return not (self.changes or self.environment or self.load_only_a or self.load_only_b)
 
 
-def _origin_key(pkg: Package) -> tuple[object, ...]:
+def _origin_key(pkg: Package, repointed: bool = False) -> tuple[object, ...]:
     wheel = pkg.wheel
+    # Locks for different venv paths: the bin/ scripts' interpreter lines differ by
+    # design. The tree digest hashes scripts with that line normalised (and apply
+    # verifies the bytes against it), so the script names are all left to compare.
+    scripts = sorted(pkg.scripts) if repointed else sorted(pkg.scripts.items())
     return (
         pkg.version,
         wheel.filename,
@@ -96,14 +100,17 @@ def _origin_key(pkg: Package) -> tuple[object, ...]:
         pkg.index,
         pkg.tree_digest,
         pkg.native,
-        sorted(pkg.scripts.items()),
+        scripts,
         pkg.source_tree,
     )
 
 
-def differs(before: Package, after: Package) -> bool:
-    """True when the bytes, version or origin differ (bookkeeping such as ``requested`` is ignored)."""
-    return _origin_key(before) != _origin_key(after)
+def differs(before: Package, after: Package, repointed: bool = False) -> bool:
+    """True when the bytes, version or origin differ (bookkeeping such as ``requested`` is ignored).
+
+    ``repointed``: the packages come from locks for different venv paths.
+    """
+    return _origin_key(before, repointed) != _origin_key(after, repointed)
 
 
 def artifact_change(before: Package, after: Package) -> str:
@@ -168,7 +175,7 @@ def diff_pair(pair: LockPair, a_label: str, b_label: str) -> LockDiff:
             changes.append(PackageChange(name, "removed", old, None))
         elif name not in pair.names_a:
             changes.append(PackageChange(name, "added", None, new))
-        elif old is not None and new is not None and differs(old, new):
+        elif old is not None and new is not None and differs(old, new, repointed=a.venv != b.venv):
             changes.append(PackageChange(name, version_kind(old.version, new.version), old, new))
     problems_a, problems_b = load_problems(a), load_problems(b)
     common = len(pair.names_a & pair.names_b)
