@@ -32,15 +32,23 @@ from envlock.lock.model import Lock
 from envlock.pyvenv import interpreter_paths
 from envlock.transport import Transport, open_transport, run_agent
 
-# Arguments: candidates, each "exe:PATH", "cfg:VENV", "path:NAME" or
-# "glob:PATTERN" ("~/" at the start means $HOME). One output line per
-# interpreter found: CANDIDATE<TAB>PATH<TAB>VERSION<TAB>SYS.EXECUTABLE (the
-# real interpreter behind a shim or a symlink). Nothing else is printed.
+# Arguments: WANT ("3.12", or "" for any), OWN ("1": the venv's own
+# interpreter is accepted at any version), then the candidates, each
+# "exe:PATH", "cfg:VENV", "path:NAME" or "glob:PATTERN" ("~/" at the start
+# means $HOME). One output line per interpreter run:
+# CANDIDATE<TAB>PATH<TAB>VERSION<TAB>SYS.EXECUTABLE (the real interpreter
+# behind a shim or a symlink). The search stops at the first that fits, so the
+# usual case starts one interpreter.
 _FIND = r"""
+want=$1; own=$2; shift 2
 ver='import sys; sys.stdout.write("%d.%d.%d\t%s" % (sys.version_info[:3] + (sys.executable,)))'
 report() {
   if [ -n "$2" ] && [ -f "$2" ] && [ -x "$2" ]; then
-    v=$("$2" -I -c "$ver" 2>/dev/null) && printf '%s\t%s\t%s\n' "$1" "$2" "$v"
+    v=$("$2" -I -c "$ver" 2>/dev/null) || return 0
+    printf '%s\t%s\t%s\n' "$1" "$2" "$v"
+    case "$v" in "$want".*|"$want"\ *) exit 0 ;; esac
+    [ -z "$want" ] && exit 0
+    case "$1" in cfg:*) [ "$own" = 1 ] && exit 0 ;; esac
   fi
   return 0
 }
@@ -123,13 +131,13 @@ def find_base_python(
     (lock: an existing venv's Python is the target's); apply passes False.
     """
     if profile.python is not None:
-        found = _run_search(transport, [f"exe:{profile.python}"])
+        found = _run_search(transport, "", False, [f"exe:{profile.python}"])
         if not found:
             raise EnvlockError(f"host {profile.name}: no Python at {profile.python} ({profile.path}: python)")
         word, path, version = found[0]
         return HostPython(path, version, f"{profile.path}: python")
     words = _search_candidates(profile.venv, want, hints or [], fallbacks or [])
-    for word, path, version in _run_search(transport, words):
+    for word, path, version in _run_search(transport, want or "", venv_decides, words):
         own_venv = word.startswith("cfg:") and venv_decides
         if want is None or own_venv or _minor(version) == want:
             return HostPython(path, version, _describe(word))
@@ -141,8 +149,10 @@ def find_base_python(
     )
 
 
-def _run_search(transport: Transport, words: list[str]) -> list[tuple[str, str, str]]:
-    out = transport.run_shell(_FIND, words)
+def _run_search(
+    transport: Transport, want: str, own: bool, words: list[str]
+) -> list[tuple[str, str, str]]:
+    out = transport.run_shell(_FIND, [want, "1" if own else "0", *words])
     found = []
     for line in out.decode("utf-8", "replace").splitlines():
         parts = line.split("\t")
