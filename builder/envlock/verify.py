@@ -27,7 +27,7 @@ from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest_bytes
 from envlock.lock.model import FileEntry, Lock
-from envlock.transport import ProgressCallback
+from envlock.reporter import Reporter
 from envlock.workspace import Workspace
 
 FLAGS = "S5ML"
@@ -97,7 +97,7 @@ def verify(
     *,
     use_cache: bool = True,
     jobs: int = 0,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> VerifyResult:
     """Compare ``host``'s live venv with its lock."""
     lock_path = workspace.lock_path(host)
@@ -106,7 +106,7 @@ def verify(
     # The agent is another process: read and check the lock while it walks the venv.
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(
-            snapshot_live, workspace, host, use_cache=use_cache, jobs=jobs, on_progress=on_progress
+            snapshot_live, workspace, host, use_cache=use_cache, jobs=jobs, reporter=reporter
         )
         lock, manifest = read_locked(workspace, host)
         live = running.result()
