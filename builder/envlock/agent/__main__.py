@@ -164,7 +164,8 @@ def _emit(result: Mapping[str, Any]) -> None:
 def error_code(exc: BaseException) -> str:
     """The protocol's code for an exception (``envlock.agent.protocol.ERROR_CODES``).
 
-    By class name, so this module imports no command's code before it runs.
+    Matched by class name (most derived first): the smoke's modules, which
+    define SmokeError, are imported only by the smoke command.
     """
     names = {cls.__name__ for cls in type(exc).__mro__}
     for name, code in (
