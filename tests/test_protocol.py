@@ -396,3 +396,30 @@ def test_the_bundle_carries_no_controller_code() -> None:
     ]
     assert "envlock/agent/bundle.py" not in names
     assert sys.modules.get("envlock.agent.bundle") is None
+
+
+def test_a_remembered_snapshot_answer_is_checked_too(
+    tmp_path: Path, reference: Reference, private_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify recognises an unchanged venv by its answer's hash, without parsing it: the
+    protocol is still checked (here: this envlock moved on to a newer protocol meanwhile)."""
+    import envlock.capture.agentcall as agentcall
+    import envlock.transport as transport_module
+    from envlock.verify import verify
+    from envlock.workspace import Workspace
+
+    root = tmp_path / "fleet"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    captured = run_envlock(root, "capture", "ct129")
+    assert captured.returncode == 0, captured.stderr
+    workspace = Workspace(root=root)
+    assert not verify(workspace, "ct129").files  # remembers the answer
+    assert list((private_cache.parent / "verify").glob("*.json")), "the answer was remembered"
+    newer = protocol.AGENT_PROTOCOL + 1
+    monkeypatch.setattr(agentcall, "AGENT_PROTOCOL", newer)
+    monkeypatch.setattr(transport_module, "AGENT_PROTOCOL", newer)
+    with pytest.raises(
+        AgentProtocolError,
+        match=f"speaks protocol {protocol.AGENT_PROTOCOL}, this envlock speaks protocol {newer}",
+    ):
+        verify(workspace, "ct129")
