@@ -163,5 +163,5 @@ def test_deleted_file_is_reported_missing(tmp_path: Path, reference: Reference) 
 def test_top_level_names_are_importable_names() -> None:
     from envlock.capture.files import top_level_names
 
-    dist = {"top_level": ["nvidia/cusparselt", "_cffi_backend", "bad-name", ""]}
-    assert top_level_names(dist, []) == ("_cffi_backend", "nvidia.cusparselt")
+    top_level = ["nvidia/cusparselt", "_cffi_backend", "bad-name", ""]
+    assert top_level_names(top_level, []) == ("_cffi_backend", "nvidia.cusparselt")

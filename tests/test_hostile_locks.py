@@ -16,7 +16,7 @@ import subprocess
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import tomli_w
@@ -308,6 +308,7 @@ def test_host_refuses_a_bin_file_outside_the_venv_even_if_the_controller_did_not
     """Defence in depth: a plan that reaches the agent with a hostile key writes nothing."""
     from envlock.agent.apply import place_bin_files
     from envlock.agent.pathguard import PathError
+    from envlock.agent.protocol import ApplyPlan
 
     staging = tmp_path / "venv.envlock-staging"
     (staging / "bin").mkdir(parents=True)
@@ -321,7 +322,7 @@ def test_host_refuses_a_bin_file_outside_the_venv_even_if_the_controller_did_not
             "bin_files": {key: {"path": str(blob), "executable": True}},
         }
         with pytest.raises(PathError):
-            place_bin_files(plan, str(staging))
+            place_bin_files(cast(ApplyPlan, plan), str(staging))
     assert not victim.exists()
     # A bin/ that is a symlink to elsewhere is not written through.
     elsewhere = tmp_path / "elsewhere"
@@ -334,5 +335,5 @@ def test_host_refuses_a_bin_file_outside_the_venv_even_if_the_controller_did_not
         "bin_files": {"bin/tool": {"path": str(blob), "executable": True}},
     }
     with pytest.raises(PathError):
-        place_bin_files(plan, str(staging))
+        place_bin_files(cast(ApplyPlan, plan), str(staging))
     assert list(elsewhere.iterdir()) == []

@@ -26,12 +26,13 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from envlock.agent.apply import ApplyError, verify_staging
 from envlock.agent.journal import StateDir
+from envlock.agent.protocol import ApplyPlan, DistFacts
 from envlock.agent.stamp import applied, write_stamp
 from envlock.apply import check_digest, checked_lock
 from envlock.errors import EnvlockError, LockError
@@ -221,7 +222,7 @@ def test_find_on_index_over_http_locks_the_served_url(
 def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp_path: Path) -> None:
     path = tmp_path / "cache" / "envlock" / "provenance.json"
     cache = ProvenanceCache(path)
-    dist = {"name": "prov", "version": "1.0", "record_sha256": "r1"}
+    dist = cast(DistFacts, {"name": "prov", "version": "1.0", "record_sha256": "r1"})
     key = cache.key(dist, ("https://a/simple",))
     assert key == _sha(b"prov|1.0|r1|https://a/simple")
     assert cache.get(key) is None
@@ -234,8 +235,8 @@ def test_provenance_cache_survives_a_reload_and_keys_on_the_installed_record(tmp
     assert reloaded.get(key) == found and not reloaded.dirty
     # Another installed RECORD, version or index list is another question.
     for other in (
-        cache.key({**dist, "record_sha256": "r2"}, ("https://a/simple",)),
-        cache.key({**dist, "version": "1.1"}, ("https://a/simple",)),
+        cache.key(cast(DistFacts, {**dist, "record_sha256": "r2"}), ("https://a/simple",)),
+        cache.key(cast(DistFacts, {**dist, "version": "1.1"}), ("https://a/simple",)),
         cache.key(dist, ("https://b/simple",)),
     ):
         assert other != key and reloaded.get(other) is None
@@ -555,8 +556,9 @@ def staged(
     return venv, expected
 
 
-def _plan(expected: list[list[Any]]) -> dict[str, Any]:
-    return {"python_version": PY, "expected": expected}
+def _plan(expected: list[list[Any]]) -> ApplyPlan:
+    """Only what verify_staging reads: the staged venv is checked in place."""
+    return cast(ApplyPlan, {"python_version": PY, "expected": expected})
 
 
 def test_staged_venv_that_is_the_lock_passes(staged: tuple[Path, list[list[Any]]]) -> None:

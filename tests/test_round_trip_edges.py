@@ -55,7 +55,7 @@ def test_plan_names_are_canonical_and_counts_add_up() -> None:
     lock = make_lock(
         "tgt", [pkg("pyyaml", "6.0.3"), pkg("typing-extensions", "4.15.0"), pkg("rich", "15.0.0")]
     )
-    live = [["PyYAML", "6.0.3"], ["typing_extensions", "4.15.0"], ["Rich", "14.0.0"]]
+    live = [("PyYAML", "6.0.3"), ("typing_extensions", "4.15.0"), ("Rich", "14.0.0")]
     changes = {c.name: c.kind for c in plan_changes(lock, live)}
     assert changes == {"pyyaml": "rebuilt", "typing-extensions": "rebuilt", "rich": "upgrade"}
 

@@ -279,3 +279,40 @@ def test_ssh_drop_after_which_the_host_stopped_says_the_venv_is_untouched(
     assert "the connection was lost during the apply" in done.stderr, done.stderr
     assert "on the host: the apply stopped at verify, before the swap" in done.stderr, done.stderr
     assert "is untouched" in done.stderr and not venv.exists()
+
+
+def test_a_stale_agent_on_a_host_is_refused_and_removing_it_as_told_heals(
+    rig: SshRig, reference: Reference, tmp_path: Path
+) -> None:
+    """The realistic stale bundle: the one cached on the host differs from what this envlock ships."""
+    import re
+
+    from envlock.agent.protocol import AGENT_PROTOCOL
+
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    root = _workspace(tmp_path, "ct200", rig.profile("ct-b", extra=index))
+    first = run_envlock(root, "capture", "ct200")
+    assert first.returncode == 0, first.stderr
+    (shipped,) = (rig.base / "ct-b" / "cache").glob("envlock-agent-*/envlock/agent/protocol.py")
+    bundle = shipped.parents[2]
+    text = re.sub(r"^AGENT_PROTOCOL = \d+$", "AGENT_PROTOCOL = 99", shipped.read_text(), flags=re.M)
+    shipped.write_text(text)
+    try:
+        for pycache in bundle.rglob("__pycache__"):
+            subprocess.run(["rm", "-rf", str(pycache)], check=True)
+        lock = (root / "locks" / "pylock.ct200.toml").read_bytes()
+        stale = run_envlock(root, "capture", "ct200", "--no-cache")
+        assert stale.returncode == 2, stale.stderr
+        assert stale.stderr.strip() == (
+            "envlock: error: host ct200: its agent speaks protocol 99, "
+            f"this envlock speaks protocol {AGENT_PROTOCOL}: "
+            f"the agent bundle there is stale; remove ~/.cache/envlock/{bundle.name} on ct200 "
+            "(envlock ships the agent again on the next run)"
+        )
+        assert (root / "locks" / "pylock.ct200.toml").read_bytes() == lock
+    finally:
+        proc = rig.run("ct-b", ["sh", "-c", f"rm -rf ~/.cache/envlock/{bundle.name}"])
+        assert proc.returncode == 0, proc.stderr
+    healed = run_envlock(root, "capture", "ct200", "--no-cache")
+    assert healed.returncode == 0, healed.stderr
+    assert "AGENT_PROTOCOL = 99" not in shipped.read_text()

@@ -17,13 +17,23 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envlock.agent.protocol import (
+    AppliedAnswer,
+    ApplyAnswer,
+    ApplyPlan,
+    ApplyStatus,
+    PlanBinFile,
+    PlanSource,
+    PlanWheel,
+    RollbackAnswer,
+)
 from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
 from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
@@ -37,10 +47,11 @@ from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
 from envlock.lock.model import FileEntry, Lock
 from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
+from envlock.reporter import Reporter
 from envlock.smokereport import SmokeResult, build_result, host_has_gpu
 from envlock.store import Store
 from envlock.transfer import Item, push
-from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
+from envlock.transport import Transport, agent_answer, open_transport, run_agent
 from envlock.workspace import Workspace
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
@@ -73,7 +84,7 @@ class ApplyResult:
     changes: tuple[Change, ...]
     pushed_files: int = 0
     pushed_bytes: int = 0
-    host_report: dict[str, Any] = field(default_factory=dict)
+    host_report: Mapping[str, Any] = field(default_factory=dict)  # the agent's ApplyAnswer
     # Hand edits in the live venv (verify's findings against this very lock);
     # apply refuses to discard them without --discard-drift.
     drift: VerifyResult | None = None
@@ -98,7 +109,7 @@ def check_digest(lock: Lock, shown: str) -> None:
     check_lock_digest(lock, shown)
 
 
-def plan_changes(lock: Lock, live: list[list[str]] | None) -> tuple[Change, ...]:
+def plan_changes(lock: Lock, live: list[tuple[str, str]] | None) -> tuple[Change, ...]:
     from packaging.utils import canonicalize_name
 
     # The live venv reports dist-info names as written (PyYAML, typing_extensions).
@@ -170,9 +181,9 @@ def build_plan(
     options: ApplyOptions,
     python: str,
     force: bool = False,
-) -> tuple[dict[str, Any], list[Item]]:
+) -> tuple[ApplyPlan, list[Item]]:
     items = [uv_item]
-    wheels = []
+    wheels: list[PlanWheel] = []
     for f in fetched:
         art = f.package.wheel
         items.append(Item(art.sha256, art.filename, f.path))
@@ -183,7 +194,7 @@ def build_plan(
                 "path": f"{REMOTE_ARTIFACTS}/{art.sha256}/{art.filename}",
             }
         )
-    sources = []
+    sources: list[PlanSource] = []
     for pkg in lock.packages:
         if pkg.source_tree is not None:
             sha = pkg.source_tree.sha256
@@ -192,12 +203,12 @@ def build_plan(
                 {"path": pkg.source_tree.path, "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
             )
     kinds = {row.path: row.kind for row in rows}
-    bin_files = {}
+    bin_files: dict[str, PlanBinFile] = {}
     for pkg in lock.packages:
         for rel, sha in pkg.scripts.items():
             items.append(Item(sha, "blob", blob(store, sha, f"{pkg.name} {rel}")))
             bin_files[rel] = {"path": f"{REMOTE_ARTIFACTS}/{sha}/blob", "executable": kinds.get(rel) == "x"}
-    plan: dict[str, Any] = {
+    plan: ApplyPlan = {
         "venv": profile.venv,
         "digest": lock.digest,
         "python_version": lock.interpreter.version,
@@ -222,7 +233,7 @@ def build_plan(
         "bin_files": bin_files,
         "sources": sources,
         "source_venv": lock.venv,
-        "expected": [[r.path, r.sha256, r.size, r.kind] for r in rows if not r.owner.startswith(":")],
+        "expected": [(r.path, r.sha256, r.size, r.kind) for r in rows if not r.owner.startswith(":")],
         "smoke_modules": sorted({m for p in lock.packages for m in p.top_level}),
         "smoke_checks": list(profile.smoke_checks),
         # A host without a GPU skips modules that only lack the driver's libraries.
@@ -238,11 +249,10 @@ def apply(
     workspace: Workspace,
     host: str,
     options: ApplyOptions | None = None,
-    on_progress: ProgressCallback | None = None,
-    on_step: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
 ) -> ApplyResult:
     options = options or ApplyOptions()
-    step = on_step or (lambda _message: None)
+    reporter = reporter or Reporter()
     profile = load_profile(workspace, host)
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
@@ -254,13 +264,16 @@ def apply(
     shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
         python = lock_python(transport, profile, lock, shown).path
-        state = json.loads(
+        # The first answer of the host's agent: a stale one is refused before anything is sent.
+        state: AppliedAnswer = agent_answer(
+            transport,
             run_agent(
                 transport,
                 profile.venv,
                 ["applied", "--venv", profile.venv, "--digest", lock.digest],
                 python=python,
-            )
+            ),
+            "applied",
         )
         changes = plan_changes(lock, state["dists"])
         bytecode = tuple((str(p), str(why)) for p, why in state.get("bytecode") or [])
@@ -285,12 +298,12 @@ def apply(
         force = bool(state.get("foreign")) and (known or options.force)
         result = _apply(
             workspace, profile, lock, rows, transport,
-            python=python, changes=changes, options=options, on_progress=on_progress, step=step, force=force,
+            python=python, changes=changes, options=options, reporter=reporter, force=force,
         )  # fmt: skip
         return replace(result, drift=drift, bytecode=bytecode)
 
 
-def _built_from(lock: Lock, state: dict[str, Any]) -> bool:
+def _built_from(lock: Lock, state: AppliedAnswer) -> bool:
     """Is the live venv one this lock describes: the lock last applied there, or the same
     distributions (a venv captured into it)?"""
     if state.get("stamp_digest") == lock.digest:
@@ -299,7 +312,7 @@ def _built_from(lock: Lock, state: dict[str, Any]) -> bool:
     return bool(live) and live == {(canonicalize_name(p.name), p.version) for p in lock.packages}
 
 
-def _describes(lock: Lock, host: str, state: dict[str, Any]) -> bool:
+def _describes(lock: Lock, host: str, state: AppliedAnswer) -> bool:
     """Does this lock describe the live venv file for file: the lock last applied there, or the
     lock captured from it? (Another lock's venv differs from it by design, not by hand.)"""
     if state.get("stamp_digest") == lock.digest:
@@ -328,36 +341,34 @@ def _apply(
     python: str,
     changes: tuple[Change, ...],
     options: ApplyOptions,
-    on_progress: ProgressCallback | None,
-    step: Callable[[str], None],
+    reporter: Reporter,
     force: bool,
 ) -> ApplyResult:
     store = Store(workspace.store_dir)
-    step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
+    reporter.step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
 
     def fetch_progress(done: int, total: int) -> None:
-        if on_progress is not None:
-            on_progress({"phase": "fetch", "done": done, "total": total})
+        reporter.progress("fetch", done, total, "")
 
     fetched = fetch_all(store, workspace.locks_dir, lock.packages, fetch_progress)
     uv = _uv_binary()
     uv_item = Item(hash_file(uv), "uv", uv)
     plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options, python, force)
-    step(f"push what {profile.name} lacks")
-    pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, on_progress=on_progress, python=python)
-    step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
+    reporter.step(f"push what {profile.name} lacks")
+    pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, reporter=reporter, python=python)
+    reporter.step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
     try:
         raw = run_agent(
             transport,
             profile.venv,
             ["apply", *(["--jobs", str(options.jobs)] if options.jobs else [])],
             stdin=_as_stdin(json.dumps(plan).encode()),
-            on_progress=on_progress,
+            reporter=reporter,
             python=python,
         )
     except EnvlockError as exc:
         raise _what_the_host_reached(profile, python, lock.digest, exc) from exc
-    report = json.loads(raw)
+    report: ApplyAnswer = agent_answer(transport, raw, "apply")
     result = ApplyResult(
         host=profile.name, venv=profile.venv, noop=False, dry_run=False, changes=changes,
         pushed_files=len(pushed.sent), pushed_bytes=pushed.bytes_sent, host_report=report,
@@ -407,15 +418,17 @@ def _what_the_host_reached(
     return type(error)(f"{cause}; on the host: {_describe_status(state, digest, profile)}")
 
 
-def _apply_status(profile: HostProfile, python: str) -> dict[str, Any]:
+def _apply_status(profile: HostProfile, python: str) -> ApplyStatus:
     with open_transport(profile) as transport:
-        state: dict[str, Any] = json.loads(
-            run_agent(transport, profile.venv, ["apply-status", "--venv", profile.venv], python=python)
+        state: ApplyStatus = agent_answer(
+            transport,
+            run_agent(transport, profile.venv, ["apply-status", "--venv", profile.venv], python=python),
+            "apply-status",
         )
     return state
 
 
-def _describe_status(state: dict[str, Any], digest: str, profile: HostProfile) -> str:
+def _describe_status(state: ApplyStatus, digest: str, profile: HostProfile) -> str:
     again = f"`envlock apply {profile.name}` again finishes or cleans up"
     if state.get("running") is not None:
         return f"the apply is still running (pid {state['running']}); {again} once it ends"
@@ -441,7 +454,7 @@ def _as_stdin(data: bytes) -> Any:
     return handle
 
 
-def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
+def rollback(workspace: Workspace, host: str) -> RollbackAnswer:
     profile = load_profile(workspace, host)
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
@@ -451,7 +464,7 @@ def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
     if python is None and lock_path.is_file():
         python = base_python(profile, read_lock(lock_path))
     with open_transport(profile) as transport:
-        report: dict[str, Any] = json.loads(
+        report: RollbackAnswer = json.loads(
             run_agent(transport, profile.venv, ["rollback", "--venv", profile.venv], python=python)
         )
     return report

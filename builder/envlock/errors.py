@@ -46,7 +46,23 @@ class AgentError(EnvlockError):
 
 
 class AgentReportedError(AgentError):
-    """The agent stopped and said why itself (an ``envlock-agent: error:`` line)."""
+    """The agent stopped and said why itself (an ``@error`` line).
+
+    ``code`` is the kind of failure (``envlock.agent.protocol.ERROR_CODES``;
+    ``unspecified`` from an agent older than structured errors), ``details``
+    the facts the agent attached (a path, an errno).
+    """
+
+    def __init__(
+        self, message: str, code: str = "unspecified", details: dict[str, object] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details: dict[str, object] = dict(details or {})
+
+
+class AgentProtocolError(AgentError):
+    """The agent on a host speaks another protocol version than this envlock (a stale bundle)."""
 
 
 class ResolveError(EnvlockError):

@@ -22,15 +22,15 @@ and the profile key that fixes it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from envlock.agent.protocol import PingAnswer
 from envlock.errors import EnvlockError
 from envlock.hosts import HostProfile
 from envlock.lock.model import Lock
 from envlock.pyvenv import interpreter_paths
-from envlock.transport import Transport, open_transport, run_agent
+from envlock.transport import Transport, agent_answer, open_transport, run_agent
 
 # Arguments: WANT ("3.12", or "" for any), OWN ("1": the venv's own
 # interpreter is accepted at any version), then the candidates, each
@@ -149,9 +149,7 @@ def find_base_python(
     )
 
 
-def _run_search(
-    transport: Transport, want: str, own: bool, words: list[str]
-) -> list[tuple[str, str, str]]:
+def _run_search(transport: Transport, want: str, own: bool, words: list[str]) -> list[tuple[str, str, str]]:
     out = transport.run_shell(_FIND, [want, "1" if own else "0", *words])
     found = []
     for line in out.decode("utf-8", "replace").splitlines():
@@ -176,6 +174,9 @@ def probe_target(profile: HostProfile, reference: Lock) -> dict[str, Any]:
         found = find_base_python(
             transport, profile, want=want, fallbacks=interpreter_paths(reference.pyvenv, ref_version)
         )
-        answer: dict[str, Any] = json.loads(run_agent(transport, profile.venv, ["ping"], python=found.path))
+        ping: PingAnswer = agent_answer(
+            transport, run_agent(transport, profile.venv, ["ping"], python=found.path), "ping"
+        )
+    answer: dict[str, Any] = dict(ping)
     answer["python"] = found.path
     return answer

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from packaging.tags import parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from envlock.agent.protocol import DistFacts
 from envlock.index import IndexClient, IndexFile
 from envlock.lock.model import Artifact
 
@@ -45,7 +47,9 @@ def _installer_added(path: str) -> bool:
     return path.endswith(".pyc") or path.startswith("../")
 
 
-def record_matches(wheel_rows: list[list[str]], installed_rows: list[list[Any]], scripts: set[str]) -> bool:
+def record_matches(
+    wheel_rows: list[list[str]], installed_rows: Sequence[Sequence[Any]], scripts: set[str]
+) -> bool:
     """True when the wheel's RECORD is what the installed RECORD says was installed."""
     installed = {row[0]: row[1] for row in installed_rows}
     wheel_paths: set[str] = set()
@@ -102,7 +106,7 @@ class ProvenanceCache:
         self.dirty = False
 
     @staticmethod
-    def key(dist: dict[str, Any], sources: tuple[str, ...]) -> str:
+    def key(dist: DistFacts, sources: tuple[str, ...]) -> str:
         text = "|".join([dist["name"], dist["version"], dist["record_sha256"], *sources])
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -134,11 +138,11 @@ class ProvenanceCache:
         os.replace(tmp, self.path)
 
 
-def find_on_index(client: IndexClient, dist: dict[str, Any]) -> Found | None:
+def find_on_index(client: IndexClient, dist: DistFacts) -> Found | None:
     """The index wheel that is byte for byte this installed distribution, if any."""
     name = canonicalize_name(dist["name"])
     installed_tags = dist["wheel"]["tags"]
-    scripts = set(dist.get("console_scripts", []))
+    scripts = set(dist["console_scripts"])
     for file in client.files(name):
         if not file.filename.endswith(".whl") or not tags_match(file.filename, installed_tags):
             continue

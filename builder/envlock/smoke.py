@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
+from envlock.agent.protocol import SmokeReport
 from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
 from envlock.errors import AgentError
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.io import read_lock
 from envlock.lock.model import Lock
+from envlock.reporter import Reporter
 from envlock.smokereport import SmokeResult, build_result, host_has_gpu, lock_modules
-from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
+from envlock.transport import Transport, open_transport, run_agent
 from envlock.workspace import Workspace
 
 
@@ -47,12 +48,12 @@ def smoke(
     workspace: Workspace,
     host: str,
     options: SmokeOptions | None = None,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> SmokeResult:
     """Smoke ``hosts/<host>.toml``'s venv, against ``locks/pylock.<host>.toml`` when it exists."""
     profile = load_profile(workspace, host)
     with open_transport(profile) as transport:
-        return smoke_host(workspace, profile, transport, options, on_progress=on_progress)
+        return smoke_host(workspace, profile, transport, options, reporter=reporter)
 
 
 def smoke_host(
@@ -63,7 +64,7 @@ def smoke_host(
     *,
     venv: str | None = None,
     lock: Lock | None = None,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> SmokeResult:
     """Import every module of the venv on an open transport and explain each failure.
 
@@ -87,13 +88,9 @@ def smoke_host(
     args += [f"--check={check}" for check in profile.smoke_checks]
     args += ["--", *lock_modules(lock)] if lock is not None else []
 
-    def relay(event: dict[str, Any]) -> None:
-        if on_progress is not None and event.get("phase") == "smoke":
-            on_progress(event)
-
-    raw = run_agent(transport, venv or profile.venv, args, on_progress=relay)
+    raw = run_agent(transport, venv or profile.venv, args, reporter=reporter)
     try:
-        report = json.loads(raw)
+        report: SmokeReport = json.loads(raw)
     except ValueError as exc:
         raise AgentError(f"host {profile.name}: the agent's smoke report is not JSON: {exc}") from exc
     return build_result(profile, lock, lock_shown, has_gpu, report)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from envlock.agent.protocol import SmokeReport
 from envlock.binary.driver import driver_library
 from envlock.hosts import HostProfile
 from envlock.lock.model import Lock
@@ -130,7 +131,7 @@ def host_has_gpu(profile: HostProfile, lock: Lock | None) -> bool:
 
 
 def build_result(
-    profile: HostProfile, lock: Lock | None, lock_shown: str | None, has_gpu: bool, report: dict[str, Any]
+    profile: HostProfile, lock: Lock | None, lock_shown: str | None, has_gpu: bool, report: SmokeReport
 ) -> SmokeResult:
     """Turn the agent's report into results with explanations and cascades marked."""
     known = _Knowledge(lock, report.get("dists", []))

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.transport import ProgressCallback, Transport, run_agent
+from envlock.agent.protocol import HaveAnswer
+from envlock.reporter import Reporter
+from envlock.transport import Transport, run_agent
 from envlock.transport.local import LocalTransport
 
 DEFAULT_REMOTE_DIR = "~/.cache/envlock/artifacts"
@@ -47,7 +49,7 @@ def push(
     venv: str,
     items: Sequence[Item],
     remote_dir: str = DEFAULT_REMOTE_DIR,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
     python: str | None = None,
 ) -> PushResult:
     """Make every item present on the host; return what had to be sent."""
@@ -57,11 +59,12 @@ def push(
     answer = run_agent(
         transport, venv, ["have", "--dir", remote_dir, *(i.key for i in unique)], python=python
     )
-    present = set(json.loads(answer)["present"])
+    have: HaveAnswer = json.loads(answer)
+    present = set(have["present"])
     missing = [i for i in unique if i.key not in present]
     if missing:
         read_end, write_end = os.pipe()
-        writer = threading.Thread(target=_write_frames, args=(write_end, missing, on_progress), daemon=True)
+        writer = threading.Thread(target=_write_frames, args=(write_end, missing, reporter), daemon=True)
         writer.start()
         try:
             with os.fdopen(read_end, "rb") as stdin:
@@ -95,7 +98,7 @@ def _push_local(items: list[Item], remote_dir: str) -> PushResult:
     return PushResult(tuple(sent), tuple(present))
 
 
-def _write_frames(fd: int, items: list[Item], on_progress: ProgressCallback | None) -> None:
+def _write_frames(fd: int, items: list[Item], reporter: Reporter | None) -> None:
     total = sum(i.path.stat().st_size for i in items)
     done = 0
     try:
@@ -108,7 +111,7 @@ def _write_frames(fd: int, items: list[Item], on_progress: ProgressCallback | No
                     while chunk := src.read(1 << 20):
                         out.write(chunk)
                         done += len(chunk)
-                        if on_progress is not None:
-                            on_progress({"phase": "push", "done": done, "total": total})
+                        if reporter is not None:
+                            reporter.progress("push", done, total, "")
     except BrokenPipeError:
         pass  # the agent died; run_agent reports why

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from envlock.capture.live import snapshot_live
 from envlock.drift import VerifyResult, compare
 from envlock.lock.io import read_lock
-from envlock.transport import ProgressCallback
+from envlock.reporter import Reporter
 from envlock.workspace import Workspace
 
 
@@ -30,7 +30,7 @@ def verify(
     *,
     use_cache: bool = True,
     jobs: int = 0,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> VerifyResult:
     """Compare ``host``'s live venv with its lock."""
     lock_path = workspace.lock_path(host)
@@ -39,7 +39,7 @@ def verify(
     # The agent is another process: read and check the lock while it walks the venv.
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(
-            snapshot_live, workspace, host, use_cache=use_cache, jobs=jobs, on_progress=on_progress
+            snapshot_live, workspace, host, use_cache=use_cache, jobs=jobs, reporter=reporter
         )
         locked = workspace.read_locked(host)
         live = running.result()

@@ -1,4 +1,9 @@
-"""Agent entry point: ``python envlock-agent.pyz snapshot --venv PATH``."""
+"""Agent entry point: ``python envlock-agent.pyz snapshot --venv PATH``.
+
+Answers are JSON lines on stdout, one message of ``envlock.agent.protocol``
+each. A failure is one ``@error`` line on stderr (:class:`ErrorMessage`:
+a code per kind of failure, the one-line message, details) and exit 2.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,16 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
+
+from envlock.agent.protocol import (
+    AGENT_PROTOCOL,
+    ApplyPlan,
+    ErrorMessage,
+    HaveAnswer,
+    PingAnswer,
+    ReceiveAnswer,
+)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -71,27 +85,34 @@ def main(argv: Optional[List[str]] = None) -> int:
             jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
             described = describe_venv(args.venv)
             _emit(described)
-            found = inventory(args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache)
+            found, stats, _entries = inventory(
+                args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache
+            )
             if args.bytecode:
                 from envlock.agent.bytecode import damaged_bytecode
 
                 found["bytecode"] = damaged_bytecode(args.venv)
+            # Statistics go to stderr, so stdout depends on the venv's content
+            # alone and an unchanged venv is recognised by its hash.
+            sys.stderr.write("@stats " + json.dumps(stats) + "\n")
             _emit(found)
         elif args.command == "repack":
             return _repack(args.venv, args.dist_infos)
         elif args.command == "have":
             from envlock.agent.receive import have
 
-            _emit({"present": have(args.dir, args.items)})
+            present: HaveAnswer = {"present": have(args.dir, args.items)}
+            _emit(present)
         elif args.command == "receive":
             from envlock.agent.receive import receive
 
-            _emit({"received": receive(args.dir, sys.stdin.buffer)})
+            received: ReceiveAnswer = {"received": receive(args.dir, sys.stdin.buffer)}
+            _emit(received)
         elif args.command in ("apply", "applied", "apply-status", "rollback"):
             from envlock.agent import apply as host_apply
 
             if args.command == "apply":
-                plan = json.loads(sys.stdin.buffer.read())
+                plan: ApplyPlan = json.loads(sys.stdin.buffer.read())
                 _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
             elif args.command == "applied":
                 _emit(host_apply.applied(args.venv, args.digest, force=args.force))
@@ -109,7 +130,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "ping":
             from envlock.agent.hostfacts import gpu_facts, interpreter_facts, platform_facts
 
-            _emit({"interpreter": interpreter_facts(), "platform": platform_facts(), "gpu": gpu_facts()})
+            pong: PingAnswer = {
+                "protocol": AGENT_PROTOCOL,
+                "interpreter": interpreter_facts(),
+                "platform": platform_facts(),
+                "gpu": gpu_facts(),
+            }
+            _emit(pong)
         else:
             parser.print_usage(sys.stderr)
             return 2
@@ -124,20 +151,51 @@ def main(argv: Optional[List[str]] = None) -> int:
         OSError,
         ValueError,
     ) as exc:
-        sys.stderr.write("envlock-agent: error: %s\n" % exc)
-        return 2
+        return _fail(exc)
     return 0
 
 
-def _emit(result: Dict[str, Any]) -> None:
-    """One JSON line on stdout. Run statistics go to stderr, so stdout depends
-    on the venv's content alone and an unchanged venv is recognised by its hash."""
-    result.pop("_entries", None)
-    stats = result.pop("_stats", None)
-    if stats is not None:
-        sys.stderr.write("@stats " + json.dumps(stats) + "\n")
+def _emit(result: Mapping[str, Any]) -> None:
+    """One message on stdout, as one JSON line."""
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+
+
+def error_code(exc: BaseException) -> str:
+    """The protocol's code for an exception (``envlock.agent.protocol.ERROR_CODES``).
+
+    Matched by class name (most derived first): the smoke's modules, which
+    define SmokeError, are imported only by the smoke command.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    for name, code in (
+        ("UnreadableFile", "unreadable-file"),
+        ("PathError", "path"),
+        ("SnapshotError", "snapshot"),
+        ("DistError", "dist"),
+        ("ReceiveError", "receive"),
+        ("SourceError", "source"),
+        ("JournalError", "journal"),
+        ("ApplyError", "apply"),
+        ("SmokeError", "smoke"),
+        ("OSError", "os"),
+    ):
+        if name in names:
+            return code
+    return "value"
+
+
+def _fail(exc: BaseException) -> int:
+    """Say why on stderr, as one ``@error`` line (``ErrorMessage``); exit status 2."""
+    details: Dict[str, Any] = {}
+    for attr in ("path", "filename", "errno"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            details[attr] = value
+    message: ErrorMessage = {"code": error_code(exc), "message": str(exc), "details": details}
+    sys.stderr.write("@error " + json.dumps(message) + "\n")
+    sys.stderr.flush()
+    return 2
 
 
 def _smoke(args: argparse.Namespace) -> int:
@@ -159,8 +217,7 @@ def _smoke(args: argparse.Namespace) -> int:
             )
         )
     except SmokeError as exc:
-        sys.stderr.write("envlock-agent: error: %s\n" % exc)
-        return 2
+        return _fail(exc)
     return 0
 
 

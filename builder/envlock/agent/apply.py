@@ -32,10 +32,21 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from envlock.agent import journal
-from envlock.agent.hashing import StatCache
+from envlock.agent.hashing import CacheEntry, StatCache
 from envlock.agent.journal import JournalError, StateDir, fault, ident
 from envlock.agent.layout import BOOKKEEPING, is_bookkeeping, is_bytecode, is_scaffold, relocate
 from envlock.agent.pathguard import check_script_key, safe_join
+from envlock.agent.protocol import (
+    AGENT_PROTOCOL,
+    ApplyAnswer,
+    ApplyPlan,
+    ApplyStatus,
+    ProgressEvent,
+    RestoredSource,
+    RollbackAnswer,
+    SmokeReport,
+    SmokeSummary,
+)
 from envlock.agent.snapshot import default_cache_path, find_site_packages, inventory
 from envlock.agent.stamp import applied, read_stamp, stamp_matches
 from envlock.agent.steps import AFTER_SWAP
@@ -54,7 +65,7 @@ def sibling(venv: str, suffix: str) -> str:
 
 
 def progress(phase: str, done: int, total: int, detail: str = "") -> None:
-    line = {"phase": phase, "done": done, "total": total, "detail": detail}
+    line: ProgressEvent = {"phase": phase, "done": done, "total": total, "detail": detail}
     sys.stderr.write("@progress " + json.dumps(line) + "\n")
     sys.stderr.flush()
 
@@ -114,7 +125,7 @@ def _migrate_legacy(state: StateDir) -> Optional[str]:
 # ------------------------------------------------------------------ status
 
 
-def apply_status(venv: str) -> Dict[str, Any]:
+def apply_status(venv: str) -> ApplyStatus:
     """Where the last apply of ``venv`` stands, for a controller whose session was cut.
 
     Read only: ``running`` is the pid of an apply or rollback holding the
@@ -126,7 +137,13 @@ def apply_status(venv: str) -> Dict[str, Any]:
     if refused is not None:
         raise ApplyError(refused)
     state = StateDir(venv)
-    result: Dict[str, Any] = {"running": None, "step": None, "swapped": None, "stamp_digest": None}
+    result: ApplyStatus = {
+        "protocol": AGENT_PROTOCOL,
+        "running": None,
+        "step": None,
+        "swapped": None,
+        "stamp_digest": None,
+    }
     if not os.path.isdir(state.root):
         return result
     if os.path.isfile(state.lock):
@@ -147,7 +164,7 @@ def apply_status(venv: str) -> Dict[str, Any]:
 # ------------------------------------------------------------------ rollback
 
 
-def rollback(venv: str) -> Dict[str, Any]:
+def rollback(venv: str) -> RollbackAnswer:
     refused = path_refusal(venv)
     if refused is not None:
         raise ApplyError(refused)
@@ -238,7 +255,7 @@ def check_space(venv: str, needed: int) -> None:
         )
 
 
-def create_staging(plan: Dict[str, Any], staging: str) -> None:
+def create_staging(plan: ApplyPlan, staging: str) -> None:
     base = plan["base_python"]
     if not os.path.exists(base):
         raise ApplyError("no Python %s at %s (the lock's pyvenv home)" % (plan["python_version"], base))
@@ -255,7 +272,7 @@ def create_staging(plan: Dict[str, Any], staging: str) -> None:
         _run([base, "-m", "venv", "--without-pip", *prompt, staging], "creating the staging venv")
 
 
-def install(plan: Dict[str, Any], staging: str) -> None:
+def install(plan: ApplyPlan, staging: str) -> None:
     lines = []
     for wheel in plan["wheels"]:
         path = os.path.expanduser(wheel["path"])
@@ -276,7 +293,7 @@ def install(plan: Dict[str, Any], staging: str) -> None:
         os.unlink(requirements)
 
 
-def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
+def place_bin_files(plan: ApplyPlan, staging: str) -> int:
     """Put back bin/ files byte for byte; repoint every other script at the final path."""
     venv = plan["venv"]
     placed = 0
@@ -310,7 +327,7 @@ def place_bin_files(plan: Dict[str, Any], staging: str) -> int:
     return placed
 
 
-def finish_payload(plan: Dict[str, Any], staging: str) -> int:
+def finish_payload(plan: ApplyPlan, staging: str) -> int:
     """After the install: bin/ bytes, pyvenv.cfg and bookkeeping as the lock says."""
     placed = place_bin_files(plan, staging)
     finish_scaffold(plan, staging)
@@ -325,10 +342,11 @@ def unstage(data: bytes, staging: str, venv: str) -> bytes:
     return data.replace(staging.encode(), venv.encode())
 
 
-def finish_scaffold(plan: Dict[str, Any], staging: str) -> None:
+def finish_scaffold(plan: ApplyPlan, staging: str) -> None:
     """pyvenv.cfg exactly as the lock says; no installer leftovers the lock lacks."""
-    if plan.get("pyvenv_cfg") is not None:
-        _write_bytes(os.path.join(staging, "pyvenv.cfg"), plan["pyvenv_cfg"].encode("utf-8"))
+    cfg = plan.get("pyvenv_cfg")
+    if cfg is not None:
+        _write_bytes(os.path.join(staging, "pyvenv.cfg"), cfg.encode("utf-8"))
     uv_lock = os.path.join(staging, ".lock")  # uv's install lock, empty
     if not plan.get("keep_uv_lock") and os.path.isfile(uv_lock):
         os.unlink(uv_lock)
@@ -341,12 +359,12 @@ def _write_bytes(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def settle_bookkeeping(plan: Dict[str, Any], staging: str, site: str) -> None:
+def settle_bookkeeping(plan: ApplyPlan, staging: str, site: str) -> None:
     changed = {os.path.normpath(os.path.join(staging, rel)) for rel in plan["bin_files"]}
     _settle(plan, staging, site, changed)
 
 
-def _settle(plan: Dict[str, Any], staging: str, site: str, changed: Set[str]) -> None:
+def _settle(plan: ApplyPlan, staging: str, site: str, changed: Set[str]) -> None:
     """INSTALLER, REQUESTED and direct_url.json as the lock records them, and RECORD true.
 
     uv installs every wheel from a local file, so it would write a
@@ -437,14 +455,14 @@ def _rewrite_record(site_abs: str, info: str, changed: Set[str]) -> None:
     os.replace(tmp, record)
 
 
-def restore_sources(plan: Dict[str, Any]) -> List[Dict[str, str]]:
+def restore_sources(plan: ApplyPlan) -> List[RestoredSource]:
     """Put editable installs' source trees where their ``.pth`` files point, when missing.
 
     An existing directory is somebody's working copy: it is left alone.
     """
     from envlock.agent.sources import SourceError, unpack_source
 
-    done = []
+    done: List[RestoredSource] = []
     for source in plan.get("sources", []):
         path = source["path"]
         if os.path.exists(path):
@@ -463,8 +481,12 @@ def restore_sources(plan: Dict[str, Any]) -> List[Dict[str, str]]:
 # ------------------------------------------------------------------ verifying
 
 
-def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, Dict[str, Any]]:
-    """Every expected payload file present with the locked bytes; nothing else."""
+def verify_staging(plan: ApplyPlan, staging: str, jobs: int) -> Tuple[int, Dict[str, CacheEntry]]:
+    """Every expected payload file present with the locked bytes; nothing else.
+
+    Returns the count of files verified and the stat-cache entries of the
+    staged venv's files.
+    """
     site = find_site_packages(staging, tuple(int(x) for x in plan["python_version"].split(".")[:2]))  # type: ignore[arg-type]
     expected: Dict[str, List[Any]] = {}
     for path, sha, size, kind in plan["expected"]:
@@ -472,7 +494,7 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
         expected[rel] = [sha, size, kind]
     # ELF facts too: these entries become the live venv's stat cache after
     # the swap, so the first capture or verify after an apply is a warm one.
-    found = inventory(staging, [], jobs=jobs, use_cache=False, read_elf=True, keep_entries=True)
+    found, _stats, entries = inventory(staging, [], jobs=jobs, use_cache=False, read_elf=True)
     normalized = found["bin_normalized"]
     problems: List[str] = []
     seen = set()
@@ -503,15 +525,16 @@ def verify_staging(plan: Dict[str, Any], staging: str, jobs: int) -> Tuple[int, 
     if problems:
         more = " (and %d more)" % (len(problems) - 3) if len(problems) > 3 else ""
         raise ApplyError("staged venv differs from the lock: %s%s" % ("; ".join(problems[:3]), more))
-    return len(seen), found
+    return len(seen), entries
 
 
-def _scaffold_problems(plan: Dict[str, Any], staging: str) -> List[str]:
+def _scaffold_problems(plan: ApplyPlan, staging: str) -> List[str]:
     """pyvenv.cfg is the lock's; no creator file still names the staging directory."""
     problems = []
-    if plan.get("pyvenv_cfg") is not None:
+    cfg = plan.get("pyvenv_cfg")
+    if cfg is not None:
         with open(os.path.join(staging, "pyvenv.cfg"), "rb") as stream:
-            if stream.read() != plan["pyvenv_cfg"].encode("utf-8"):
+            if stream.read() != cfg.encode("utf-8"):
                 problems.append("pyvenv.cfg differs from the lock's")
     if plan.get("venv") in (None, staging):
         return problems  # verifying a venv in place: nothing to leak
@@ -533,12 +556,12 @@ def _scaffold_problems(plan: Dict[str, Any], staging: str) -> List[str]:
 class SmokeFailed(Exception):
     """Imports failed in the staged venv; carries the agent's full smoke report."""
 
-    def __init__(self, report: Dict[str, Any]) -> None:
+    def __init__(self, report: SmokeReport) -> None:
         super().__init__("smoke failed")
         self.report = report
 
 
-def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
+def smoke(plan: ApplyPlan, staging: str) -> Tuple[SmokeSummary, SmokeReport]:
     """Import every module of the staged venv and run the profile's checks.
 
     The same parallel, crash- and hang-proof smoke as ``envlock smoke``
@@ -565,13 +588,13 @@ def smoke(plan: Dict[str, Any], staging: str) -> Dict[str, Any]:
     fault("after", "smoke")
     results = report["results"]
     failed = [r for r in results if r["status"] == "failed"]
-    return {
+    summary: SmokeSummary = {
         "ok": sum(1 for r in results if r["status"] == "ok"),
         "skipped": sum(1 for r in results if r["status"] == "skipped"),
         "failed": failed,
         "seconds": report["seconds"],
-        "_report": report,
     }
+    return summary, report
 
 
 def _catching(fn: Any, *args: Any) -> Tuple[Any, Optional[BaseException]]:
@@ -591,7 +614,7 @@ def _unwrap(box: Tuple[Any, Optional[BaseException]]) -> Any:
 # ------------------------------------------------------------------ the whole apply
 
 
-def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
+def run_apply(plan: ApplyPlan, jobs: int) -> ApplyAnswer:
     """Build, check and swap in the plan's venv; journaled, so a kill at any point is recovered."""
     venv = plan["venv"]
     state = open_state(venv, force=bool(plan.get("force")))
@@ -606,7 +629,13 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             # The interrupted apply was of this very lock and got past the
             # swap: building again would push its rollback copy out.
             previous = state.previous if os.path.isdir(state.previous) else None
-            return {"venv": venv, "previous": previous, "recovered": "; ".join(notes), "finished": True}
+            return {
+                "protocol": AGENT_PROTOCOL,
+                "venv": venv,
+                "previous": previous,
+                "recovered": "; ".join(notes),
+                "finished": True,
+            }
         _drop(state.failed)  # kept by the last apply for examination, until this one
         check_space(venv, sum(row[2] for row in plan["expected"]))
         timings: Dict[str, float] = {}
@@ -654,29 +683,38 @@ def run_apply(plan: Dict[str, Any], jobs: int) -> Dict[str, Any]:
             ) from exc
         # The files kept their inodes and times through the rename: the
         # hashes just verified are valid for the venv's own stat cache.
-        StatCache(default_cache_path(venv)).save(built["found"]["_entries"])
+        StatCache(default_cache_path(venv)).save(built.entries)
         lap("swap")
-        smoked = built["smoke"]
-        smoked.pop("_report", None)
         return {
+            "protocol": AGENT_PROTOCOL,
             "timings": timings,
             "venv": venv,
             "previous": previous,
             "recovered": "; ".join(notes) or None,
             "installed": len(plan["wheels"]),
-            "bin_files": built["placed"],
-            "sources": built["sources"],
-            "verified_files": built["verified"],
-            "smoke": smoked,
+            "bin_files": built.placed,
+            "sources": built.sources,
+            "verified_files": built.verified,
+            "smoke": built.smoke,
             "seconds": round(time.time() - started, 3),
         }
     finally:
         handle.close()
 
 
+class _Built:
+    """What the steps before the swap leave for the answer."""
+
+    def __init__(
+        self, placed: int, sources: List[RestoredSource], verified: int, entries: Dict[str, CacheEntry]
+    ) -> None:
+        self.placed, self.sources, self.verified, self.entries = placed, sources, verified, entries
+        self.smoke: SmokeSummary = {"ok": 0, "skipped": 0, "failed": [], "seconds": 0.0}
+
+
 def _build_and_check(
-    plan: Dict[str, Any], state: StateDir, jobs: int, lap: Callable[[str], None], step: List[str]
-) -> Dict[str, Any]:
+    plan: ApplyPlan, state: StateDir, jobs: int, lap: Callable[[str], None], step: List[str]
+) -> _Built:
     """Steps stage and verify (smoke runs beside verify): everything before the swap."""
     staging = state.staging
     progress("stage", 0, 1, "creating the staging venv")
@@ -702,16 +740,18 @@ def _build_and_check(
     smoker.start()
     progress("verify", 0, len(plan["expected"]))
     try:
-        verified, found = verify_staging(plan, staging, jobs)
+        verified, entries = verify_staging(plan, staging, jobs)
     finally:
         smoker.join()
     progress("verify", verified, len(plan["expected"]))
     lap("verify+smoke")
-    smoked = _unwrap(smoked_box[0])
+    smoked, report = _unwrap(smoked_box[0])
     if smoked["failed"] and not plan.get("allow_smoke_failures"):
-        raise SmokeFailed(smoked["_report"])
+        raise SmokeFailed(report)
     fault("after", "verify")
-    return {"placed": placed, "sources": sources, "verified": verified, "found": found, "smoke": smoked}
+    built = _Built(placed, sources, verified, entries)
+    built.smoke = smoked
+    return built
 
 
 def _what_failed(step: str, exc: BaseException) -> str:
@@ -723,11 +763,17 @@ def _what_failed(step: str, exc: BaseException) -> str:
     return "%s: %s%s" % (doing, exc.strerror or exc, where)
 
 
-def _smoke_failure(plan: Dict[str, Any], report: Dict[str, Any], kept: Optional[str]) -> Dict[str, Any]:
+def _smoke_failure(plan: ApplyPlan, report: SmokeReport, kept: Optional[str]) -> ApplyAnswer:
     """The answer when imports failed: the whole smoke report, for the controller to explain."""
     if kept is not None:
         report["venv"] = kept
-    return {"venv": plan["venv"], "failed": "smoke", "kept": kept, "smoke_report": report}
+    return {
+        "protocol": AGENT_PROTOCOL,
+        "venv": plan["venv"],
+        "failed": "smoke",
+        "kept": kept,
+        "smoke_report": report,
+    }
 
 
 def _drop(path: str) -> None:

@@ -14,7 +14,9 @@ import json
 import os
 import re
 from email.parser import HeaderParser
-from typing import Any, Dict, List, Optional
+from typing import List, Optional, Tuple
+
+from envlock.agent.protocol import DistFacts, RecordRow, WheelFacts
 
 _HASH = re.compile(r"^(sha256|sha384|sha512|sha1|md5)=[A-Za-z0-9_\-]+=*$")
 
@@ -39,25 +41,26 @@ def _optional_text(path: str) -> Optional[str]:
     return _read_text(path) if os.path.isfile(path) else None
 
 
-def parse_metadata(path: str) -> Dict[str, Any]:
+def parse_metadata(path: str) -> Tuple[str, str, List[str], Optional[str]]:
+    """Name, version, Requires-Dist and Requires-Python of a METADATA file."""
     message = HeaderParser().parsestr(_read_text(path))
     name = message.get("Name")
     version = message.get("Version")
     if not name or not version:
         missing = "Name" if not name else "Version"
         raise DistError(f"{path}: corrupt METADATA: no {missing} header")
-    return {
-        "name": name.strip(),
-        "version": version.strip(),
-        "requires_dist": [v.strip() for v in message.get_all("Requires-Dist") or []],
-        "requires_python": (message.get("Requires-Python") or "").strip() or None,
-    }
+    return (
+        name.strip(),
+        version.strip(),
+        [v.strip() for v in message.get_all("Requires-Dist") or []],
+        (message.get("Requires-Python") or "").strip() or None,
+    )
 
 
-def parse_record(path: str) -> List[List[Any]]:
+def parse_record(path: str) -> List[RecordRow]:
     """Rows ``[path, "sha256=..." or "", size or None]``; raises on damage."""
     text = _read_text(path)
-    rows: List[List[Any]] = []
+    rows: List[RecordRow] = []
     for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not row:
             continue
@@ -70,13 +73,13 @@ def parse_record(path: str) -> List[List[Any]]:
             raise DistError("%s:%d: corrupt RECORD: bad hash %r" % (path, lineno, digest))
         if size and not size.isdigit():
             raise DistError("%s:%d: corrupt RECORD: bad size %r" % (path, lineno, size))
-        rows.append([rel, digest, int(size) if size else None])
+        rows.append((rel, digest, int(size) if size else None))
     if not rows:
         raise DistError(f"{path}: corrupt RECORD: no rows")
     return rows
 
 
-def parse_wheel_file(path: str) -> Dict[str, Any]:
+def parse_wheel_file(path: str) -> WheelFacts:
     text = _optional_text(path)
     if text is None:
         return {"tags": [], "generator": None, "root_is_purelib": None, "build": None}
@@ -105,9 +108,9 @@ def console_scripts(text: Optional[str]) -> List[str]:
     return sorted(names)
 
 
-def read_dist(site: str, dist_info: str) -> Dict[str, Any]:
+def read_dist(site: str, dist_info: str) -> DistFacts:
     base = os.path.join(site, dist_info)
-    meta = parse_metadata(os.path.join(base, "METADATA"))
+    name, version, requires_dist, requires_python = parse_metadata(os.path.join(base, "METADATA"))
     record_path = os.path.join(base, "RECORD")
     if not os.path.isfile(record_path):
         raise DistError(f"{record_path}: missing RECORD (installed by a tool that keeps none)")
@@ -125,22 +128,21 @@ def read_dist(site: str, dist_info: str) -> Dict[str, Any]:
             ) from exc
     top_level = _optional_text(os.path.join(base, "top_level.txt"))
     installer = _optional_text(os.path.join(base, "INSTALLER"))
-    meta.update(
-        {
-            "dist_info": dist_info,
-            "wheel": parse_wheel_file(os.path.join(base, "WHEEL")),
-            "installer": installer.strip() if installer else None,
-            "requested": os.path.exists(os.path.join(base, "REQUESTED")),
-            "direct_url": direct_url,
-            "top_level": sorted(x.strip() for x in top_level.splitlines() if x.strip())
-            if top_level
-            else None,
-            "console_scripts": console_scripts(_optional_text(os.path.join(base, "entry_points.txt"))),
-            "record": record,
-            "record_sha256": record_sha,
-        }
-    )
-    return meta
+    return {
+        "name": name,
+        "version": version,
+        "requires_dist": requires_dist,
+        "requires_python": requires_python,
+        "dist_info": dist_info,
+        "wheel": parse_wheel_file(os.path.join(base, "WHEEL")),
+        "installer": installer.strip() if installer else None,
+        "requested": os.path.exists(os.path.join(base, "REQUESTED")),
+        "direct_url": direct_url,
+        "top_level": sorted(x.strip() for x in top_level.splitlines() if x.strip()) if top_level else None,
+        "console_scripts": console_scripts(_optional_text(os.path.join(base, "entry_points.txt"))),
+        "record": record,
+        "record_sha256": record_sha,
+    }
 
 
 def find_dist_infos(site: str) -> List[str]:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from envlock.agent.layout import is_library_name
+from envlock.agent.protocol import HashStats, ProgressEvent
 from envlock.binary.elf import ElfError, is_elf, read_elf_facts
 
 CHUNK = 1 << 20
@@ -114,12 +115,11 @@ class Progress:
             if now - self.last < 0.1 and self.done_files != self.total_files:
                 return
             self.last = now
-            line = {
+            line: ProgressEvent = {
                 "phase": "hash",
                 "done": self.done_bytes,
                 "total": self.total_bytes,
-                "files": self.done_files,
-                "total_files": self.total_files,
+                "detail": "%d/%d files" % (self.done_files, self.total_files),
             }
         sys.stderr.write("@progress " + json.dumps(line) + "\n")
         sys.stderr.flush()
@@ -132,7 +132,7 @@ def hash_files(
     jobs: int,
     on_hashed: Optional[Callable[[int], None]] = None,
     read_elf: bool = True,
-) -> Tuple[Dict[str, CacheEntry], Dict[str, int]]:
+) -> Tuple[Dict[str, CacheEntry], HashStats]:
     """Return ``{rel: [size, mtime, ino, ctime, sha256, elf]}`` for regular files."""
     result: Dict[str, CacheEntry] = {}
     todo: List[Tuple[str, os.stat_result]] = []
@@ -154,7 +154,7 @@ def hash_files(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for rel, entry in pool.map(work, todo):
                 result[rel] = entry
-    stats = {
+    stats: HashStats = {
         "hashed": len(todo),
         "cached": len(files) - len(todo),
         "bytes_hashed": progress.done_bytes,

@@ -10,10 +10,12 @@ import sys
 import sysconfig
 from configparser import ConfigParser
 from configparser import Error as ConfigError
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
+
+from envlock.agent.protocol import GpuFacts, InterpreterFacts, PipConfig, PlatformFacts
 
 
-def interpreter_facts() -> Dict[str, Any]:
+def interpreter_facts() -> InterpreterFacts:
     impl = sys.implementation
     return {
         "implementation": impl.name,
@@ -33,7 +35,7 @@ def interpreter_facts() -> Dict[str, Any]:
     }
 
 
-def platform_facts() -> Dict[str, Any]:
+def platform_facts() -> PlatformFacts:
     libc_name, libc_version = "", ""
     try:
         value = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
@@ -79,7 +81,7 @@ def _pip_config_files(venv: str) -> List[str]:
     return files
 
 
-def pip_index_config(venv: str) -> Dict[str, Any]:
+def pip_index_config(venv: str) -> PipConfig:
     """Index URLs the host's pip would use, in pip's own precedence order.
 
     Later files and then ``PIP_*`` variables override earlier ones, as in pip.
@@ -123,7 +125,7 @@ def _dedupe(items: List[str]) -> List[str]:
     return seen
 
 
-def gpu_facts() -> Optional[List[Dict[str, str]]]:
+def gpu_facts() -> Optional[List[GpuFacts]]:
     """One entry per GPU from nvidia-smi, or None where there is no nvidia-smi."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -138,7 +140,7 @@ def gpu_facts() -> Optional[List[Dict[str, str]]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    gpus = []
+    gpus: List[GpuFacts] = []
     for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3:

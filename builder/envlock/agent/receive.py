@@ -22,7 +22,9 @@ import shutil
 import socket
 import tempfile
 import time
-from typing import IO, Dict, List
+from typing import IO, List
+
+from envlock.agent.protocol import ReceivedArtifact
 
 CHUNK = 1 << 20
 STALE_AFTER = 24 * 3600  # seconds; an incoming directory this old belongs to no live transfer
@@ -84,7 +86,7 @@ def _remove_stale(incoming: str, now: float) -> None:
             pass  # another receive got there first
 
 
-def receive(directory: str, stream: IO[bytes]) -> List[Dict[str, object]]:
+def receive(directory: str, stream: IO[bytes]) -> List[ReceivedArtifact]:
     """Read ``{"sha256","name","size"}\\n`` + bytes frames until EOF."""
     directory = os.path.expanduser(directory)
     incoming = os.path.join(directory, ".incoming")
@@ -97,8 +99,8 @@ def receive(directory: str, stream: IO[bytes]) -> List[Dict[str, object]]:
         shutil.rmtree(own, ignore_errors=True)
 
 
-def _receive_into(directory: str, own: str, stream: IO[bytes]) -> List[Dict[str, object]]:
-    received = []  # type: List[Dict[str, object]]
+def _receive_into(directory: str, own: str, stream: IO[bytes]) -> List[ReceivedArtifact]:
+    received: List[ReceivedArtifact] = []
     while True:
         line = stream.readline()
         if not line:

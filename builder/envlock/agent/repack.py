@@ -56,10 +56,10 @@ def plan_entries(venv: str, site: str, dist_info: str) -> Tuple[List[Tuple[str, 
     """``[(archive name, absolute source path)]``, plus name, version and tags."""
     site_abs = os.path.join(venv, site)
     base = os.path.join(site_abs, dist_info)
-    meta = parse_metadata(os.path.join(base, "METADATA"))
+    name, version, _requires, _python = parse_metadata(os.path.join(base, "METADATA"))
     record = parse_record(os.path.join(base, "RECORD"))
     scripts = set(console_scripts(_read_optional(os.path.join(base, "entry_points.txt"))))
-    data_dir = "{}-{}.data".format(dist_info[: -len(".dist-info")].split("-")[0], meta["version"])
+    data_dir = "{}-{}.data".format(dist_info[: -len(".dist-info")].split("-")[0], version)
     entries: List[Tuple[str, str]] = []
     for rel, _digest, _size in record:
         absolute = os.path.normpath(os.path.join(site_abs, rel))
@@ -86,7 +86,7 @@ def plan_entries(venv: str, site: str, dist_info: str) -> Tuple[List[Tuple[str, 
     for line in wheel_text.splitlines():
         if line.startswith("Tag:"):
             tags.append(line.split(":", 1)[1].strip())
-    return entries, meta["name"], meta["version"], sorted(tags)
+    return entries, name, version, sorted(tags)
 
 
 def _read_optional(path: str) -> Optional[str]:

@@ -39,6 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from envlock.agent.dists import DistError, find_dist_infos, parse_record
 from envlock.agent.layout import import_names
+from envlock.agent.protocol import ProgressEvent, SmokeReport
 from envlock.agent.smoke_worker import Pool, SmokeError
 
 __all__ = ["SmokeError", "run_smoke"]
@@ -373,7 +374,7 @@ class _Run:
         done = len(self.results)
         if now - self._last_progress >= 0.1 or done == self.total:
             self._last_progress = now
-            event = {"phase": "smoke", "done": done, "total": self.total, "target": target}
+            event: ProgressEvent = {"phase": "smoke", "done": done, "total": self.total, "detail": target}
             sys.stderr.write("@progress " + json.dumps(event) + "\n")
             sys.stderr.flush()
 
@@ -390,7 +391,7 @@ def run_smoke(
     skip_missing: Iterable[str] = (),
     python: Optional[str] = None,
     write_bytecode: bool = True,
-) -> Dict[str, Any]:
+) -> SmokeReport:
     """Import ``modules`` (plus every dist's top-level with ``from_venv``) and run ``checks``.
 
     ``skip_missing``: name prefixes of libraries (the GPU driver's) whose
@@ -438,7 +439,7 @@ def run_smoke(
         "warnings": live.warnings,
         "checks": len(checks),
         "results": results,
-        "not_run": [i.get("check", i.get("module")) for i in items if i["id"] not in run.results],
+        "not_run": [str(i.get("check", i.get("module"))) for i in items if i["id"] not in run.results],
     }
 
 

@@ -13,9 +13,8 @@ import os
 import stat
 from typing import Any, Dict, List, Optional, Tuple
 
-from envlock.agent import AGENT_PROTOCOL
 from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read_dist
-from envlock.agent.hashing import StatCache, hash_files
+from envlock.agent.hashing import CacheEntry, StatCache, hash_files
 from envlock.agent.hostfacts import (
     gpu_facts,
     interpreter_facts,
@@ -24,6 +23,7 @@ from envlock.agent.hostfacts import (
     read_pyvenv_cfg,
 )
 from envlock.agent.layout import is_scaffold, unshebang
+from envlock.agent.protocol import AGENT_PROTOCOL, DistFacts, FileRow, HashStats, Inventory, VenvDescription
 
 SKIP_DIRS = {"__pycache__"}
 
@@ -97,7 +97,7 @@ def default_cache_path(venv: str) -> Optional[str]:
     return os.path.join(base, "envlock", "agent", f"stat-{key}.json")
 
 
-def describe_venv(venv: str) -> Dict[str, Any]:
+def describe_venv(venv: str) -> VenvDescription:
     """Interpreter, platform and every dist-info: cheap, sent before the hashing."""
     venv = os.path.abspath(venv)
     if not os.path.isdir(venv):
@@ -105,7 +105,8 @@ def describe_venv(venv: str) -> Dict[str, Any]:
     if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         raise SnapshotError(f"{venv}: not a venv (no pyvenv.cfg)")
     interpreter = interpreter_facts()
-    site = find_site_packages(venv, tuple(interpreter["version_info"][:2]))
+    major, minor = interpreter["version_info"][:2]
+    site = find_site_packages(venv, (major, minor))
     site_abs = os.path.join(venv, site)
     try:
         dists = [read_dist(site_abs, name) for name in find_dist_infos(site_abs)]
@@ -127,13 +128,16 @@ def describe_venv(venv: str) -> Dict[str, Any]:
 
 def inventory(
     venv: str,
-    dists: List[Dict[str, Any]],
+    dists: List[DistFacts],
     jobs: int,
     use_cache: bool = True,
     read_elf: bool = True,
-    keep_entries: bool = False,
-) -> Dict[str, Any]:
-    """Every file of the venv hashed (stat cache permitting) and every ELF library read."""
+) -> Tuple[Inventory, HashStats, Dict[str, CacheEntry]]:
+    """Every file of the venv hashed (stat cache permitting) and every ELF library read.
+
+    Also the run's statistics (for stderr: stdout depends on content alone)
+    and the stat-cache entries (apply hands them to the swapped-in venv).
+    """
     venv = os.path.abspath(venv)
     files, links = walk(venv)
     modes = {rel: st.st_mode for rel, st in files}
@@ -142,34 +146,26 @@ def inventory(
     if use_cache and (stats["hashed"] or len(cache.entries) != len(hashed)):
         cache.save(hashed)
 
-    file_rows = []
-    native: Dict[str, Any] = {}
+    file_rows: List[FileRow] = []
+    native: Dict[str, Dict[str, Any]] = {}
     for rel in sorted(hashed):
         size, _mtime, _ino, _ctime, sha, facts = hashed[rel]
         executable = bool(modes[rel] & stat.S_IXUSR)
-        file_rows.append([rel, sha, size, executable])
+        file_rows.append((rel, sha, size, executable))
         if facts is not None:
             native[rel] = facts
     normalized, scripts = _bin_scripts(venv, [r for r in file_rows if r[0].startswith("bin/")])
-    return {
+    found: Inventory = {
         "files": file_rows,
-        "links": sorted([rel, target] for rel, target in links.items()),
+        "links": sorted((rel, target) for rel, target in links.items()),
         "native": native,
         "bin_normalized": normalized,
         "bin_files": scripts,
-        "_stats": stats,
-        # Stat-cache entries, for apply to hand to the swapped-in venv (never emitted).
-        "_entries": hashed if keep_entries else None,
     }
+    return found, stats, hashed
 
 
-def take_snapshot(venv: str, jobs: int, use_cache: bool = True) -> Dict[str, Any]:
-    described = describe_venv(venv)
-    described.update(inventory(venv, described["dists"], jobs, use_cache))
-    return described
-
-
-def _bin_scripts(venv: str, rows: List[List[Any]]) -> Tuple[Dict[str, List[Any]], Dict[str, str]]:
+def _bin_scripts(venv: str, rows: List[FileRow]) -> Tuple[Dict[str, Tuple[str, int]], Dict[str, str]]:
     """Venv-path-free hashes of bin/ scripts, and the exact bytes of bin/ files.
 
     A script's shebang names the venv path; hashing it as ``#!python`` lets a
@@ -178,7 +174,7 @@ def _bin_scripts(venv: str, rows: List[List[Any]]) -> Tuple[Dict[str, List[Any]]
     from one installer to the next, so their exact bytes travel here and
     apply puts them back.
     """
-    normalized: Dict[str, List[Any]] = {}
+    normalized: Dict[str, Tuple[str, int]] = {}
     scripts: Dict[str, str] = {}
     for rel, _sha, size, _x in rows:
         if size > 1 << 20:
@@ -187,7 +183,7 @@ def _bin_scripts(venv: str, rows: List[List[Any]]) -> Tuple[Dict[str, List[Any]]
             data = stream.read()
         if data.startswith(b"#!"):
             plain = unshebang(data)
-            normalized[rel] = [hashlib.sha256(plain).hexdigest(), len(plain)]
+            normalized[rel] = (hashlib.sha256(plain).hexdigest(), len(plain))
         if not is_scaffold(rel):
             scripts[rel] = base64.b64encode(data).decode("ascii")
     return normalized, scripts

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from envlock.agent.bytecode import damaged_bytecode
 from envlock.agent.journal import StateDir, write_atomic
+from envlock.agent.protocol import AGENT_PROTOCOL, AppliedAnswer
 from envlock.agent.snapshot import walk
 from envlock.agent.venvguard import managed, path_refusal, replace_refusal
 
@@ -52,7 +53,7 @@ def stamp_matches(state: StateDir, digest: str, stamp: Optional[Dict[str, Any]])
     return bool(keys == stamp.get("files") and links == stamp.get("links"))
 
 
-def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
+def applied(venv: str, digest: str, force: bool = False) -> AppliedAnswer:
     """What the controller needs before an apply: may it replace ``venv``, is it a no-op?
 
     ``refused`` says why apply must not touch the path (nothing else is
@@ -63,10 +64,17 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     """
     refused = path_refusal(venv)
     if refused is not None:
-        return {"refused": refused, "exists": os.path.lexists(venv), "matches": False, "dists": None}
+        return {
+            "protocol": AGENT_PROTOCOL,
+            "refused": refused,
+            "exists": os.path.lexists(venv),
+            "matches": False,
+            "dists": None,
+        }
     state = StateDir(venv)
     stamp = read_stamp(state)
-    result: Dict[str, Any] = {
+    result: AppliedAnswer = {
+        "protocol": AGENT_PROTOCOL,
         "refused": replace_refusal(venv, state.root, force),
         "exists": os.path.isdir(venv),
         "managed": managed(state.root),
@@ -83,13 +91,13 @@ def applied(venv: str, digest: str, force: bool = False) -> Dict[str, Any]:
     # An unfinished apply is never a no-op: the next apply finishes it. Bytecode
     # is looked at last, only when all else says "no-op" (it costs the most).
     if result["exists"] and not os.path.lexists(state.journal) and stamp_matches(state, digest, stamp):
-        result["bytecode"] = [list(row) for row in damaged_bytecode(venv)]
+        result["bytecode"] = damaged_bytecode(venv)
         result["matches"] = not result["bytecode"]
     if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv
 
-            result["dists"] = sorted([d["name"], d["version"]] for d in describe_venv(venv)["dists"])
+            result["dists"] = sorted((d["name"], d["version"]) for d in describe_venv(venv)["dists"])
         except Exception:  # a broken venv is exactly what apply is for
             result["dists"] = None
     return result

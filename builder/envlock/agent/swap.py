@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional
 
 from envlock.agent import journal
 from envlock.agent.journal import JournalError, StateDir, fault, ident
+from envlock.agent.protocol import RollbackAnswer
 from envlock.agent.stamp import forget_stamp, write_stamp
 
 RENAME_EXCHANGE = 2
@@ -165,7 +166,7 @@ def _drop_own_staging(state: StateDir, entry: Dict[str, Any]) -> None:
     shutil.rmtree(state.staging)
 
 
-def rollback(state: StateDir) -> Dict[str, Any]:
+def rollback(state: StateDir) -> RollbackAnswer:
     """Exchange the live venv and previous/ (the caller holds the lock and has recovered)."""
     if not os.path.isdir(state.previous) or os.path.islink(state.previous):
         raise SwapError("no previous venv to roll back to (%s does not exist)" % state.previous)
@@ -180,4 +181,5 @@ def rollback(state: StateDir) -> Dict[str, Any]:
     # The stamp named the venv just swapped out; its inodes no longer match
     # anyway, but an absent stamp says so plainly.
     forget_stamp(state)
-    return {"venv": state.venv, "restored_from": state.previous}
+    answer: RollbackAnswer = {"venv": state.venv, "restored_from": state.previous}
+    return answer

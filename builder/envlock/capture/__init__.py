@@ -10,18 +10,18 @@ only when their bytes change. ``memo`` recognises an unchanged venv.
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from envlock.capture.agentcall import snapshot_args, stats_relay
+from envlock.agent.protocol import VenvDescription
+from envlock.capture.agentcall import Snapshot, snapshot_args, stats_keeper
 from envlock.capture.build import build_lock
 from envlock.capture.memo import UnchangedMemo
 from envlock.capture.origins import Origin, trace_origins
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile, load_profile
-from envlock.transport import ProgressCallback, Transport, open_transport, run_agent
+from envlock.reporter import Reporter
+from envlock.transport import Transport, agent_answer, open_transport, run_agent
 from envlock.workspace import Workspace
 
 __all__ = ["CaptureOptions", "CaptureResult", "capture"]
@@ -31,19 +31,11 @@ def capture(
     workspace: Workspace,
     host: str,
     options: CaptureOptions | None = None,
-    on_progress: ProgressCallback | None = None,
-    on_step: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
 ) -> CaptureResult:
     profile = load_profile(workspace, host)
     with open_transport(profile) as transport:
-        return run_capture(
-            workspace,
-            profile,
-            transport,
-            options or CaptureOptions(),
-            on_progress,
-            on_step or (lambda _m: None),
-        )
+        return run_capture(workspace, profile, transport, options or CaptureOptions(), reporter or Reporter())
 
 
 def run_capture(
@@ -51,14 +43,13 @@ def run_capture(
     profile: HostProfile,
     transport: Transport,
     options: CaptureOptions,
-    on_progress: ProgressCallback | None,
-    step: Callable[[str], None],
+    reporter: Reporter,
 ) -> CaptureResult:
     host = profile.name
 
-    step(f"snapshot {profile.venv} on {host}")
+    reporter.step(f"snapshot {profile.venv} on {host}")
     args = snapshot_args(profile.venv, options.jobs, options.use_cache)
-    stats, relay = stats_relay(on_progress)
+    stats: dict[str, int] = {}
 
     # The agent sends the venv's description first and hashes afterwards:
     # tracing every dist to its wheel runs here meanwhile, on the spare core
@@ -68,11 +59,19 @@ def run_capture(
     stop = threading.Event()
 
     def on_description(line: bytes) -> None:
-        described = json.loads(line)
+        # The protocol is checked here, before a stale agent's answer is traced.
+        described: VenvDescription = agent_answer(transport, line, "snapshot")
         tracing.append(pool.submit(trace_origins, profile, described, options, stop))
 
     try:
-        raw = run_agent(transport, profile.venv, args, on_progress=relay, on_first_line=on_description)
+        raw = run_agent(
+            transport,
+            profile.venv,
+            args,
+            reporter=reporter,
+            on_stats=stats_keeper(stats),
+            on_first_line=on_description,
+        )
         memo = UnchangedMemo(workspace, profile, raw)
         if options.use_cache and options.write:
             unchanged = memo.lookup()
@@ -85,16 +84,15 @@ def run_capture(
                     changed=False,
                     stats=stats,
                 )
-        described, inventory = raw.split(b"\n", 1)
-        snapshot = {**json.loads(described), **json.loads(inventory)}
-        step(f"trace {len(snapshot['dists'])} distributions to their wheels")
+        snapshot = Snapshot.parse(transport, raw)
+        reporter.step(f"trace {len(snapshot.description['dists'])} distributions to their wheels")
         traced = tracing[0].result()
     except BaseException:
         stop.set()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    result = build_lock(workspace, profile, snapshot, traced, step, transport, stats, options)
+    result = build_lock(workspace, profile, snapshot, traced, reporter.step, transport, stats, options)
     if options.write:
         memo.remember()
     return result

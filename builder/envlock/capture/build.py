@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
+from envlock.agent.protocol import DistFacts, VenvDescription
+from envlock.capture.agentcall import Snapshot
 from envlock.capture.files import (
     DistFiles,
     collect_files,
@@ -42,7 +43,7 @@ from envlock.workspace import Workspace
 def build_lock(
     workspace: Workspace,
     profile: HostProfile,
-    snapshot: dict[str, Any],
+    snapshot: Snapshot,
     traced: dict[str, Origin],
     step: Callable[[str], None],
     transport: Transport,
@@ -51,15 +52,14 @@ def build_lock(
 ) -> CaptureResult:
     host = profile.name
     warnings: list[str] = []
-    snapshot["_files"] = {row[0]: (row[1], row[2], row[3]) for row in snapshot["files"]}
-    snapshot["_links"] = dict(snapshot["links"])
-    indexes, find_links = index_config(profile, snapshot)
+    described, inventory = snapshot.description, snapshot.inventory
+    indexes, find_links = index_config(profile, described)
     store = Store(workspace.store_dir)
 
     owners: dict[str, str] = {}
-    per_dist: list[tuple[dict[str, Any], DistFiles, Origin]] = []
-    for dist in snapshot["dists"]:
-        files = collect_files(snapshot, dist, owners, warnings)
+    per_dist: list[tuple[DistFacts, DistFiles, Origin]] = []
+    for dist in described["dists"]:
+        files = collect_files(snapshot.files, dist, owners, warnings)
         origin = traced[dist["dist_info"]]
         warnings.extend(origin.warnings)
         if files.modified or files.missing:
@@ -83,7 +83,7 @@ def build_lock(
         artifact = repacked[dist["dist_info"]] if origin.source == "repacked" else origin.artifact
         assert artifact is not None
         scripts = {}
-        for rel, encoded in snapshot["bin_files"].items():
+        for rel, encoded in inventory["bin_files"].items():
             if owners.get(rel) == name:
                 scripts[rel] = store.put_blob(base64.b64decode(encoded))
         manifest_rows.extend(files.entries)
@@ -99,7 +99,7 @@ def build_lock(
                 installer=dist["installer"],
                 requested=dist["requested"],
                 requires_dist=tuple(dist["requires_dist"]),
-                top_level=top_level_names(dist, files.entries),
+                top_level=top_level_names(dist["top_level"], files.entries),
                 wheel_tags=tuple(dist["wheel"]["tags"]),
                 tree_digest=tree_digest(files.entries),
                 file_count=len(files.entries),
@@ -116,18 +116,18 @@ def build_lock(
             )
         )
 
-    unowned = unowned_paths(snapshot, owners, manifest_rows)
-    for egg in snapshot["egg_infos"]:
+    unowned = unowned_paths(snapshot.files, owners, manifest_rows)
+    for egg in described["egg_infos"]:
         warnings.append(f"{egg}: legacy egg-info distribution is not captured; reinstall it as a wheel")
     if unowned:
         warnings.append(f"{len(unowned)} file(s) belong to no distribution and will not be rebuilt")
-    interpreter = snapshot["interpreter"]
-    plat = snapshot["platform"]
+    interpreter = described["interpreter"]
+    plat = described["platform"]
     lock = Lock(
         host=host,
         role="reference",
-        venv=snapshot["venv"],
-        site=snapshot["site"],
+        venv=described["venv"],
+        site=described["site"],
         digest="",  # lock_digest below, once every field is set
         interpreter=Interpreter(
             implementation=interpreter["implementation"],
@@ -145,16 +145,16 @@ def build_lock(
             platform_tags=tuple(platform_tags(plat["machine"], plat["libc"], plat["libc_version"])),
         ),
         # Every key, in file order: apply writes pyvenv.cfg back from these.
-        pyvenv=dict(snapshot["pyvenv_cfg"]),
+        pyvenv=dict(described["pyvenv_cfg"]),
         indexes=indexes,
         find_links=find_links,
         packages=tuple(sorted(packages, key=lambda p: p.name)),
         manifest_sha256="",
         manifest_files=len(manifest_rows),
-        gpu=gpu_facts(snapshot, profile),
+        gpu=gpu_facts(described, profile),
         unowned=tuple(unowned),
     )
-    extra_rows = scaffold_rows(snapshot, owners)
+    extra_rows = scaffold_rows(snapshot.files, owners)
     manifest = render_manifest(manifest_rows + extra_rows)
     lock = replace(
         lock,
@@ -181,7 +181,7 @@ def build_lock(
 
 
 def _pack_editable_source(
-    transport: Transport, venv: str, dist: dict[str, Any], store: Store, step: Callable[[str], None]
+    transport: Transport, venv: str, dist: DistFacts, store: Store, step: Callable[[str], None]
 ) -> SourceTree | None:
     """The source tree an editable install points at, packed into the store."""
     direct = dist["direct_url"] or {}
@@ -193,12 +193,9 @@ def _pack_editable_source(
     return SourceTree(path=path, sha256=store.put_blob(data), size=len(data))
 
 
-def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> HostGpu | None:
-    if snapshot.get("gpu"):
-        devices = tuple(
-            GpuDevice(name=d.get("name", ""), cc=d.get("cc", ""), driver=d.get("driver", ""))
-            for d in snapshot["gpu"]
-        )
+def gpu_facts(described: VenvDescription, profile: HostProfile) -> HostGpu | None:
+    if described["gpu"]:
+        devices = tuple(GpuDevice(name=d["name"], cc=d["cc"], driver=d["driver"]) for d in described["gpu"])
         return HostGpu(source="nvidia-smi", devices=devices)
     if profile.gpu is not None:
         return HostGpu(source="profile", cc=profile.gpu.cc, driver=profile.gpu.driver)

@@ -15,7 +15,29 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envlock.agent.layout import import_names, is_bookkeeping, is_bytecode, is_scaffold
+from envlock.agent.protocol import DistFacts, Inventory, VenvDescription
 from envlock.lock.model import CudaImages, FileEntry, NativeLib
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """A snapshot's files by venv-relative path, for the lookups of every distribution."""
+
+    site: str
+    files: dict[str, tuple[str, int, bool]]  # sha256, size, executable
+    links: dict[str, str]  # link target
+    normalized: dict[str, tuple[str, int]]  # bin/ scripts with ``#!python``: sha256, size
+    native: dict[str, dict[str, Any]]  # ELF facts of libraries
+
+    @classmethod
+    def of(cls, description: VenvDescription, inventory: Inventory) -> LiveFiles:
+        return cls(
+            site=description["site"],
+            files={rel: (sha, size, executable) for rel, sha, size, executable in inventory["files"]},
+            links=dict(inventory["links"]),
+            normalized={rel: (sha, size) for rel, (sha, size) in inventory["bin_normalized"].items()},
+            native=inventory["native"],
+        )
 
 
 @dataclass
@@ -37,13 +59,11 @@ def b64_sha256(hex_digest: str) -> str:
     return "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(hex_digest)).rstrip(b"=").decode()
 
 
-def collect_files(
-    snapshot: dict[str, Any], dist: dict[str, Any], owners: dict[str, str], warnings: list[str]
-) -> DistFiles:
-    site = snapshot["site"]
-    files = snapshot["_files"]
-    links = snapshot["_links"]
-    normalized = snapshot["bin_normalized"]
+def collect_files(live: LiveFiles, dist: DistFacts, owners: dict[str, str], warnings: list[str]) -> DistFiles:
+    site = live.site
+    files = live.files
+    links = live.links
+    normalized = live.normalized
     name = canonicalize_name(dist["name"])
     out = DistFiles()
     for path, digest, _size in dist["record"]:
@@ -67,7 +87,7 @@ def collect_files(
             out.entries.append(
                 FileEntry(owner=name, path=shown, sha256=sha, size=size, kind="x" if executable else "f")
             )
-            facts = snapshot["native"].get(rel)
+            facts = live.native.get(rel)
             if facts is not None:
                 out.native.append(native_lib(shown, files[rel][0], facts))
         elif rel in links:
@@ -111,19 +131,19 @@ def _importable(name: str) -> str | None:
     return dotted if dotted and all(part.isidentifier() for part in dotted.split(".")) else None
 
 
-def top_level_names(dist: dict[str, Any], entries: list[FileEntry]) -> tuple[str, ...]:
-    """Import names a distribution provides: top_level.txt, else derived from its files."""
-    if dist.get("top_level"):
-        listed = {_importable(name) for name in dist["top_level"]}
+def top_level_names(top_level: list[str] | None, entries: list[FileEntry]) -> tuple[str, ...]:
+    """Import names a distribution provides: top_level.txt's lines, else derived from its files."""
+    if top_level:
+        listed = {_importable(name) for name in top_level}
         return tuple(sorted(n for n in listed if n))
     prefix = "site-packages/"
     return tuple(import_names(e.path[len(prefix) :] for e in entries if e.path.startswith(prefix)))
 
 
-def unowned_paths(snapshot: dict[str, Any], owners: dict[str, str], rows: list[FileEntry]) -> list[str]:
-    site = snapshot["site"]
+def unowned_paths(live: LiveFiles, owners: dict[str, str], rows: list[FileEntry]) -> list[str]:
+    site = live.site
     result = []
-    for rel in list(snapshot["_files"]) + list(snapshot["_links"]):
+    for rel in list(live.files) + list(live.links):
         if rel in owners or is_scaffold(rel):
             continue
         if is_bookkeeping(rel):
@@ -132,11 +152,11 @@ def unowned_paths(snapshot: dict[str, Any], owners: dict[str, str], rows: list[F
     return sorted(result)
 
 
-def scaffold_rows(snapshot: dict[str, Any], owners: dict[str, str]) -> list[FileEntry]:
+def scaffold_rows(live: LiveFiles, owners: dict[str, str]) -> list[FileEntry]:
     """Manifest rows for files no distribution owns: ``:venv`` scaffold or ``:unowned``."""
-    site = snapshot["site"]
+    site = live.site
     rows = []
-    for rel, (sha, size, executable) in snapshot["_files"].items():
+    for rel, (sha, size, executable) in live.files.items():
         if rel in owners:
             continue
         if is_bookkeeping(rel):
@@ -151,7 +171,7 @@ def scaffold_rows(snapshot: dict[str, Any], owners: dict[str, str]) -> list[File
                 kind="x" if executable else "f",
             )
         )
-    for rel, target in snapshot["_links"].items():
+    for rel, target in live.links.items():
         if rel not in owners:
             owner = ":venv" if is_scaffold(rel) else ":unowned"
             rows.append(FileEntry(owner=owner, path=lock_path_of(site, rel), sha256=target, size=0, kind="l"))

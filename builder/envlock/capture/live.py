@@ -21,16 +21,16 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envlock.capture.agentcall import snapshot_args, stats_relay
+from envlock.capture.agentcall import Snapshot, snapshot_args, stats_keeper
 from envlock.capture.files import collect_files, scaffold_rows
 from envlock.hosts import load_profile
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import FileEntry
-from envlock.transport import ProgressCallback, open_transport, run_agent
+from envlock.reporter import Reporter
+from envlock.transport import Transport, open_transport, run_agent
 from envlock.workspace import Workspace, cache_dir
 
 
@@ -41,20 +41,21 @@ class LiveVenv:
     agent answer was seen before; ``rows`` always parses the answer.
     """
 
-    def __init__(self, host: str, raw: bytes, stats: dict[str, int], memo_path: Path | None) -> None:
+    def __init__(
+        self, transport: Transport, raw: bytes, stats: dict[str, int], memo_path: Path | None
+    ) -> None:
         from envlock import __version__
 
-        self.host = host
+        self.host = transport.host
+        self._transport = transport  # closed by now: only names the host in errors
         self.stats = stats
         self._raw = raw
         self._memo_path = memo_path
         self._key = hashlib.sha256(__version__.encode() + b"\0" + raw).hexdigest()
 
     @cached_property
-    def _snapshot(self) -> dict[str, Any]:
-        described, inventory = self._raw.split(b"\n", 1)
-        snapshot: dict[str, Any] = {**json.loads(described), **json.loads(inventory)}
-        return snapshot
+    def _snapshot(self) -> Snapshot:
+        return Snapshot.parse(self._transport, self._raw)
 
     @cached_property
     def _built(self) -> tuple[tuple[FileEntry, ...], dict[str, str], tuple[str, ...]]:
@@ -74,7 +75,7 @@ class LiveVenv:
         """Damaged ``.pyc`` files (path, why); a clean venv's answer is not even parsed for it."""
         if b'"bytecode":[[' not in self._raw:
             return ()
-        return tuple((str(p), str(why)) for p, why in self._snapshot.get("bytecode", []))
+        return tuple((str(p), str(why)) for p, why in self._snapshot.inventory.get("bytecode", []))
 
     @cached_property
     def digest(self) -> tuple[str, dict[str, str], str]:
@@ -86,7 +87,7 @@ class LiveVenv:
         result = (
             manifest_sha256(render_manifest(rows)),
             dists,
-            str(self._snapshot["interpreter"]["version"]),
+            self._snapshot.description["interpreter"]["version"],
         )
         self._remember(result)
         return result
@@ -121,32 +122,32 @@ def snapshot_live(
     *,
     use_cache: bool = True,
     jobs: int = 0,
-    on_progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> LiveVenv:
     """Run the agent's snapshot on ``host``; ``use_cache=False`` rehashes every file."""
     profile = load_profile(workspace, host)
     # verify also asks for damaged bytecode: the lock does not record .pyc files,
     # but a truncated one breaks its module's import.
     args = snapshot_args(profile.venv, jobs, use_cache, bytecode=True)
-    stats, relay = stats_relay(on_progress)
+    stats: dict[str, int] = {}
 
     with open_transport(profile) as transport:
-        raw = run_agent(transport, profile.venv, args, on_progress=relay)
+        raw = run_agent(transport, profile.venv, args, reporter=reporter, on_stats=stats_keeper(stats))
+        # Checked now: an unchanged venv's answer is recognised later without being parsed.
+        Snapshot.check_protocol(transport, raw)
     place = hashlib.sha256(f"{workspace.root}\0{host}\0{profile.venv}".encode()).hexdigest()[:16]
     memo = cache_dir() / "verify" / f"{place}-{host}.json" if use_cache else None
-    return LiveVenv(host, raw, stats, memo)
+    return LiveVenv(transport, raw, stats, memo)
 
 
-def build_rows(snapshot: dict[str, Any]) -> tuple[tuple[FileEntry, ...], dict[str, str], tuple[str, ...]]:
+def build_rows(snapshot: Snapshot) -> tuple[tuple[FileEntry, ...], dict[str, str], tuple[str, ...]]:
     """Manifest rows and {name: version} of a snapshot, by the same functions as capture's."""
-    snapshot["_files"] = {row[0]: (row[1], row[2], row[3]) for row in snapshot["files"]}
-    snapshot["_links"] = dict(snapshot["links"])
     owners: dict[str, str] = {}
     warnings: list[str] = []
     rows: list[FileEntry] = []
     dists: dict[str, str] = {}
-    for dist in snapshot["dists"]:
+    for dist in snapshot.description["dists"]:
         dists[canonicalize_name(dist["name"])] = dist["version"]
-        rows.extend(collect_files(snapshot, dist, owners, warnings).entries)
-    rows.extend(scaffold_rows(snapshot, owners))
+        rows.extend(collect_files(snapshot.files, dist, owners, warnings).entries)
+    rows.extend(scaffold_rows(snapshot.files, owners))
     return tuple(rows), dists, tuple(warnings)

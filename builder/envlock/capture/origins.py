@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from envlock.agent.protocol import DistFacts, VenvDescription
 from envlock.capture.result import CaptureOptions
 from envlock.errors import CaptureError, IndexError_
 from envlock.hosts import HostProfile
@@ -25,7 +26,7 @@ class Origin:
     warnings: list[str] = field(default_factory=list)
 
 
-def index_config(profile: HostProfile, described: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def index_config(profile: HostProfile, described: VenvDescription) -> tuple[tuple[str, ...], tuple[str, ...]]:
     # A profile's [index] replaces the host's pip configuration as a whole.
     if profile.index is not None:
         return profile.index.urls, profile.index.find_links
@@ -35,7 +36,7 @@ def index_config(profile: HostProfile, described: dict[str, Any]) -> tuple[tuple
 
 def trace_origins(
     profile: HostProfile,
-    described: dict[str, Any],
+    described: VenvDescription,
     options: CaptureOptions,
     stop: threading.Event | None = None,
 ) -> dict[str, Origin]:
@@ -52,8 +53,9 @@ def trace_origins(
     for dist in described["dists"]:
         if stop is not None and stop.is_set():
             break  # the answer is no longer wanted (unchanged venv, or a failure)
-        if dist["direct_url"] is not None:
-            origin = direct_origin(client, dist)
+        direct = dist["direct_url"]
+        if direct is not None:
+            origin = direct_origin(client, dist, direct)
         else:
             origin = index_origin(client, cache, indexes + find_links, dist, options, warnings)
         origin.warnings = warnings
@@ -63,8 +65,8 @@ def trace_origins(
     return origins
 
 
-def direct_origin(client: IndexClient, dist: dict[str, Any]) -> Origin:
-    direct = dist["direct_url"]
+def direct_origin(client: IndexClient, dist: DistFacts, direct: dict[str, Any]) -> Origin:
+    """The origin of a distribution installed from a URL (``direct``: its direct_url.json)."""
     url = direct.get("url", "")
     if direct.get("dir_info", {}).get("editable"):
         return Origin("repacked", reason=f"editable install of {url}")
@@ -97,7 +99,7 @@ def index_origin(
     client: IndexClient,
     cache: ProvenanceCache,
     sources: tuple[str, ...],
-    dist: dict[str, Any],
+    dist: DistFacts,
     options: CaptureOptions,
     warnings: list[str],
 ) -> Origin:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from envlock.agent.protocol import DistFacts
 from envlock.capture.files import DistFiles
 from envlock.errors import CaptureError
 from envlock.lock.digest import tree_digest
@@ -18,7 +19,7 @@ from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace, cache_dir
 
 
-def repack_key(dist: dict[str, Any], files: DistFiles) -> str:
+def repack_key(dist: DistFacts, files: DistFiles) -> str:
     """Same dist-info, same RECORD, same live bytes: the same repacked wheel."""
     text = "|".join([dist["dist_info"], dist["record_sha256"], tree_digest(files.entries)])
     return hashlib.sha256(text.encode()).hexdigest()
@@ -28,7 +29,7 @@ def repack_dists(
     workspace: Workspace,
     transport: Transport,
     venv: str,
-    wanted: list[tuple[dict[str, Any], DistFiles]],
+    wanted: list[tuple[DistFacts, DistFiles]],
     store: Store,
     step: Callable[[str], None],
     use_cache: bool,

@@ -11,6 +11,7 @@ from envlock.cli.smoke_render import render_text as smoke_text
 from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
 from envlock.render import envelope, human_size, table
+from envlock.reporter import Reporter
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
@@ -19,6 +20,31 @@ if TYPE_CHECKING:
 
 DRIFT_SHOWN = 20  # findings listed in the plan before the rest is counted
 PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}
+
+
+class _Reporter(Reporter):
+    """One bar per phase (the last one drawn stays), each step on a line of its own (text format)."""
+
+    def __init__(self, text: bool) -> None:
+        self.text = text
+        self.bars: dict[str, ProgressBar] = {}
+
+    def progress(self, phase: str, done: int, total: int, detail: str) -> None:
+        if phase not in PHASE_LABELS or not self.text:
+            return
+        for other, bar in self.bars.items():
+            if other != phase:
+                bar.close()
+        self.bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase])).update(done, total, detail)
+
+    def step(self, message: str) -> None:
+        self.close()
+        if self.text:
+            print(f"• {message}", flush=True)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,23 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from envlock.apply import ApplyOptions, apply  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    bars: dict[str, ProgressBar] = {}
-
-    def on_progress(event: dict[str, Any]) -> None:
-        phase = event.get("phase", "")
-        if phase not in PHASE_LABELS or args.format == "json":
-            return
-        for other, bar in bars.items():
-            if other != phase:
-                bar.close()
-        bar = bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase]))
-        bar.update(int(event.get("done", 0)), int(event.get("total", 0)), str(event.get("detail", "")))
-
-    def on_step(message: str) -> None:
-        for bar in bars.values():
-            bar.close()
-        if args.format == "text":
-            print(f"• {message}", flush=True)
+    reporter = _Reporter(text=args.format == "text")
 
     options = ApplyOptions(
         dry_run=args.dry_run,
@@ -94,10 +104,9 @@ def run(args: argparse.Namespace) -> int:
         keep_staging=args.keep_staging,
     )
     try:
-        result = apply(workspace, args.host, options, on_progress=on_progress, on_step=on_step)
+        result = apply(workspace, args.host, options, reporter=reporter)
     finally:
-        for bar in bars.values():
-            bar.close()
+        reporter.close()
     if args.format == "json":
         print(envelope("apply", True, {"result": result_json(result)}))
     else:

@@ -10,6 +10,7 @@ from envlock.cli.commands import summary
 from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
 from envlock.render import envelope, human_size, table
+from envlock.reporter import Reporter
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
@@ -40,17 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from envlock.capture import CaptureOptions, capture  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    bar = ProgressBar("hashing")
-    steps: list[str] = []
-
-    def on_progress(event: dict[str, Any]) -> None:
-        bar.update(event["done"], event["total"], f"{event['files']}/{event['total_files']} files")
-
-    def on_step(message: str) -> None:
-        bar.close()
-        steps.append(message)
-        if args.format == "text" and bar.enabled:
-            print(f"• {message}", flush=True)
+    reporter = _Reporter(text=args.format == "text")
 
     started = time.monotonic()
     options = CaptureOptions(
@@ -59,15 +50,31 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
     )
     try:
-        result = capture(workspace, args.host, options, on_progress=on_progress, on_step=on_step)
+        result = capture(workspace, args.host, options, reporter=reporter)
     finally:
-        bar.close()
+        reporter.bar.close()
     elapsed = time.monotonic() - started
     if args.format == "json":
         print(envelope("capture", True, {"result": result_json(result, workspace.root, elapsed)}))
     else:
         print(render_text(result, workspace.root, elapsed))
     return int(ExitCode.OK)
+
+
+class _Reporter(Reporter):
+    """The hashing bar, and each step on a line of its own (on a terminal, in text format)."""
+
+    def __init__(self, text: bool) -> None:
+        self.bar = ProgressBar("hashing")
+        self.text = text
+
+    def progress(self, phase: str, done: int, total: int, detail: str) -> None:
+        self.bar.update(done, total, detail)
+
+    def step(self, message: str) -> None:
+        self.bar.close()
+        if self.text and self.bar.enabled:
+            print(f"• {message}", flush=True)
 
 
 def result_json(result: CaptureResult, root: Any, elapsed: float) -> dict[str, Any]:

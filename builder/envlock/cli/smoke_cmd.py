@@ -11,6 +11,7 @@ from envlock.cli.commands import summary
 from envlock.cli.smoke_render import render_text, result_json
 from envlock.errors import EnvlockError, ExitCode
 from envlock.render import envelope
+from envlock.reporter import Reporter
 from envlock.smoke import SmokeOptions, smoke
 from envlock.workspace import open_workspace
 
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     options = SmokeOptions(deep=args.deep, fail_fast=args.fail_fast, timeout=args.timeout, jobs=args.jobs)
     started = time.monotonic()
     try:
-        result = smoke(workspace, args.host, options, on_progress=counter.update)
+        result = smoke(workspace, args.host, options, reporter=counter)
     finally:
         counter.close()
     elapsed = time.monotonic() - started
@@ -54,15 +55,15 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.OK if result.passed else ExitCode.FINDINGS)
 
 
-class _Counter:
+class _Counter(Reporter):
     """``smoke 37/120 torch`` on one stderr line, at most 10 times a second; silent when not a TTY."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream, self.enabled, self.drawn = stream, stream.isatty(), False
 
-    def update(self, event: dict[str, Any]) -> None:
-        if self.enabled:
-            text = f"\rsmoke {event['done']}/{event['total']} {event.get('target', '')}"
+    def progress(self, phase: str, done: int, total: int, detail: str) -> None:
+        if self.enabled and phase == "smoke":
+            text = f"\rsmoke {done}/{total} {detail}"
             self.stream.write(text[:100].ljust(100))
             self.stream.flush()
             self.drawn = True

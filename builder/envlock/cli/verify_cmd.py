@@ -12,6 +12,7 @@ from envlock.drift import VerifyResult
 from envlock.errors import ExitCode
 from envlock.lock.compare import FLAGS, FileDrift
 from envlock.render import envelope, table
+from envlock.reporter import Reporter
 from envlock.verify import verify
 from envlock.workspace import open_workspace
 
@@ -36,18 +37,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
-    bar = ProgressBar("hashing")
-
-    def on_progress(event: dict[str, Any]) -> None:
-        bar.update(event["done"], event["total"], f"{event['files']}/{event['total_files']} files")
+    reporter = _Reporter()
 
     started = time.monotonic()
     try:
-        result = verify(
-            workspace, args.host, use_cache=not args.no_cache, jobs=args.jobs, on_progress=on_progress
-        )
+        result = verify(workspace, args.host, use_cache=not args.no_cache, jobs=args.jobs, reporter=reporter)
     finally:
-        bar.close()
+        reporter.bar.close()
     elapsed = time.monotonic() - started
     shown = workspace.shown(result.lock_path)
     if args.format == "json":
@@ -131,3 +127,13 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
     ]
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
+
+
+class _Reporter(Reporter):
+    """The hashing bar."""
+
+    def __init__(self) -> None:
+        self.bar = ProgressBar("hashing")
+
+    def progress(self, phase: str, done: int, total: int, detail: str) -> None:
+        self.bar.update(done, total, detail)

@@ -14,9 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from envlock.agent.bundle import code_key
 from envlock.hosts import HostProfile
 from envlock.resolve.target import TargetEnv
+from envlock.transport.bundle import code_key
 from envlock.workspace import Workspace, cache_dir
 
 

@@ -106,7 +106,7 @@ def wheel_layout(path: Path, owner: str, venv: str, python_mm: str) -> WheelLayo
         sorted(line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:"))
     )
     listed = top_level_text.splitlines() if top_level_text else None
-    top = top_level_names({"top_level": listed}, rows)
+    top = top_level_names(listed, rows)
     return WheelLayout(
         rows=tuple(rows),
         native=tuple(native),

@@ -6,8 +6,8 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from envlock.agent.bundle import bundle_dir
 from envlock.errors import EnvlockError
+from envlock.transport.bundle import bundle_dir
 from envlock.workspace import cache_dir
 
 
@@ -40,6 +40,10 @@ class LocalTransport:
             ["sh", "-c", script, "envlock", *args], stdin=subprocess.DEVNULL, capture_output=True, check=False
         )
         return proc.stdout
+
+    def stale_agent_fix(self) -> str:
+        unpacked = bundle_dir(cache_dir())
+        return f"remove {unpacked} and {unpacked}.pyz (envlock builds them again from its own code)"
 
     def close(self) -> None:
         return None

@@ -173,6 +173,10 @@ class SshTransport:
             raise self.connection_error(proc.stderr.decode("utf-8", "replace").strip().splitlines())
         return proc.stdout
 
+    def stale_agent_fix(self) -> str:
+        where = f"~/.cache/envlock/envlock-agent-{self.bundle_key}"
+        return f"remove {where} on {self.host} (envlock ships the agent again on the next run)"
+
     def close(self) -> None:
         if (self.control_dir / "cm").exists():
             subprocess.run(

@@ -1,4 +1,7 @@
-"""Build the agent zipapp: this package, ``envlock.binary`` and pyelftools.
+"""Build the agent zipapp: ``envlock.agent``, ``envlock.binary`` and pyelftools.
+
+Controller-only: it lives outside ``envlock.agent`` so the bundle does not
+carry it.
 
 The bundle is cached by content, so a run builds it at most once per envlock
 version and it can be sent over SSH as one file.
