@@ -103,9 +103,10 @@ def test_the_agent_imports_nothing_from_the_controller() -> None:
     assert {k: v for k, v in outside.items() if v} == {}
 
 
-# Pure rule modules of the agent (no I/O at import, no ctypes or fcntl): the one set of
-# rules both sides must agree on. Controller-only code lives outside agent/.
-AGENT_RULES = {"layout", "pathguard", "venvguard", "steps"}
+# The agent's pure modules (no I/O at import, no ctypes or fcntl): its rules and its
+# wire protocol (typed messages), what both sides must agree on. Controller-only
+# code lives outside agent/.
+AGENT_RULES = {"layout", "pathguard", "venvguard", "steps", "protocol"}
 
 
 def test_the_controller_imports_only_the_agents_rule_modules() -> None:
