@@ -28,6 +28,7 @@ WHOLE = (
 FUNCTIONS = {
     "envlock.transport.ssh": ("x__quote", "xǁSshTransportǁssh_argv", "xǁSshTransportǁagent_argv"),
     "envlock.apply": ("x_checked_lock", "x_check_digest"),
+    "envlock.workspace": ("xǁLockedVenvǁrows", "xǁWorkspaceǁread_lock", "xǁWorkspaceǁread_locked"),
 }
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 HERE = Path(__file__).resolve().parent

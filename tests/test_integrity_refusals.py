@@ -38,10 +38,10 @@ from envlock.apply import check_digest, checked_lock
 from envlock.errors import EnvlockError, LockError
 from envlock.fetch import ArtifactError, VerifiedCache, blob, fetch_all, fetch_one
 from envlock.index import IndexClient
-from envlock.lock.digest import lock_digest, tree_digest
+from envlock.lock.digest import digest_problem, lock_digest, tree_digest
 from envlock.lock.io import render_lock
 from envlock.lock.manifest import manifest_sha256, parse_manifest, read_manifest, render_manifest
-from envlock.lock.model import Artifact, FileEntry, Package
+from envlock.lock.model import Artifact, FileEntry, Package, SourceTree
 from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches, tags_match
 from envlock.store import Store
 from envlock.transport.ssh import SshTransport, _quote
@@ -639,15 +639,39 @@ def test_tree_and_venv_digests_follow_the_written_rules() -> None:
     ]
     text = "site-packages/p/a\taa\t10\tx\nsite-packages/p/b.py\tbb\t2\tf\n"
     assert tree_digest(rows) == "sha256:" + _sha(text.encode())
-    # envlock-payload-2: sorted compact JSON lines, one per fact.
-    lock = make_lock("ct200", [pkg("zeta", "2.0"), pkg("alpha", "1.0")], python="3.11.7")
-    facts = [["python", "3.11.7"], ["venv", lock.venv]]
+    # envlock-payload-2: sorted compact JSON lines (UTF-8, not \u escapes), one per fact.
+    tree = SourceTree(path="/src/édit", sha256="c" * 64, size=10)
+    edit = replace(pkg("edit", "0.1"), source_tree=tree, scripts={"bin/edit": "d" * 64, "bin/ed2": "e" * 64})
+    lock = make_lock("ct200", [pkg("zeta", "2.0"), pkg("alpha", "1.0"), edit], python="3.11.7")
+    lock = replace(lock, pyvenv={**lock.pyvenv, "prompt": "'café'"})
+    facts: list[list[str]] = [["python", "3.11.7"], ["venv", lock.venv]]
     facts += [["pyvenv", k, v] for k, v in lock.pyvenv.items()]
     for p in lock.packages:
         facts.append(["package", p.name, p.version, p.tree_digest, p.wheel.filename, p.wheel.sha256])
         facts += [["script", p.name, rel, sha] for rel, sha in p.scripts.items()]
-    lines = sorted(json.dumps(f, separators=(",", ":")) + "\n" for f in facts)
+        if p.source_tree is not None:
+            facts.append(["source-tree", p.name, p.source_tree.path, p.source_tree.sha256])
+    lines = sorted(json.dumps(f, ensure_ascii=False, separators=(",", ":")) + "\n" for f in facts)
     assert lock_digest(lock) == "sha256:" + _sha("".join(lines).encode())
+    # Each script and source-tree fact counts on its own.
+    for other in (
+        replace(edit, scripts={"bin/edit": "d" * 64}),
+        replace(edit, scripts={"bin/edit": "d" * 64, "bin/ed3": "e" * 64}),
+        replace(edit, source_tree=replace(tree, path="/src/other")),
+        replace(edit, source_tree=replace(tree, sha256="f" * 64)),
+        replace(edit, source_tree=None),
+    ):
+        changed = replace(lock, packages=tuple(other if p.name == "edit" else p for p in lock.packages))
+        assert lock_digest(changed) != lock_digest(lock)
+
+
+def test_a_lock_under_other_digest_rules_is_refused_with_what_to_do() -> None:
+    lock = make_lock("ct200", [pkg("six", "1.17.0")])
+    assert digest_problem(lock) is None
+    assert digest_problem(replace(lock, digest_rules="envlock-payload-1")) == (
+        "tool.envlock.digest-rules is 'envlock-payload-1'; this envlock checks 'envlock-payload-2' "
+        "(capture or lock it again with this envlock)"
+    )
 
 
 def _workspace(tmp_path: Path) -> tuple[Workspace, Path, Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -63,3 +64,38 @@ def test_corrupt_script_blob_stops_apply_and_recapture_heals(tmp_path: Path, ref
     assert blob.read_bytes() == good
     proc = run_envlock(root, "apply", "ct200")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_quarantine_keeps_the_bytes_under_a_name_that_says_what_and_when(tmp_path: Path) -> None:
+    """Never reused, never lost: the object moves to quarantine/<UTC time>-<pid>-<its store path>."""
+    import os
+    import re
+
+    store = Store(tmp_path / "deep" / "store")  # quarantine/ and its parents are made on demand
+    path, sha = store.put_wheel(b"wheel bytes", "x-1.0-py3-none-any.whl")
+    path.write_bytes(b"rotten")
+    moved = store.quarantine(path)
+    assert not path.exists() and moved.read_bytes() == b"rotten"
+    assert moved.parent == store.root / "quarantine"
+    pattern = rf"\d{{8}}T\d{{6}}-{os.getpid()}-wheels_{sha}_x-1\.0-py3-none-any\.whl"
+    assert re.fullmatch(pattern, moved.name), moved.name
+
+
+def test_a_manifest_over_the_limit_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound is a constant (1 GiB); a small one here keeps the test small, the rule the same."""
+    from envlock.errors import LockError
+    from envlock.lock import manifest
+
+    monkeypatch.setattr(manifest, "MANIFEST_LIMIT", 1 << 30 >> 20)  # 1 KiB, shown as 0 GiB
+    at_limit, over = tmp_path / "at.tsv", tmp_path / "over.tsv"
+    at_limit.write_bytes(b"x" * 1024)
+    over.write_bytes(b"x" * 1025)
+    assert manifest.read_manifest_bytes(at_limit) == b"x" * 1024
+    with pytest.raises(LockError) as caught:
+        manifest.read_manifest_bytes(over, "locks/pylock.h.files.tsv")
+    assert (
+        str(caught.value)
+        == "locks/pylock.h.files.tsv: over 0 GiB; not a manifest envlock wrote (refusing it)"
+    )
+    with pytest.raises(LockError, match=rf"^{re.escape(str(over))}: over "):
+        manifest.read_manifest_bytes(over)
