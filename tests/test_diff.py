@@ -46,7 +46,7 @@ def test_diff_json_envelope(tmp_path: Path) -> None:
     proc = run_envlock(tmp_path, "diff", "locks/pylock.ct200.toml", "ct129", "--format", "json")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    assert data["schema_version"] == 1 and data["command"] == "diff"
+    assert data["schema_version"] == 2 and data["command"] == "diff"
     result = data["result"]
     assert (result["a"], result["b"], result["identical"]) == ("ct200", "ct129", False)
     assert result["summary"] == {

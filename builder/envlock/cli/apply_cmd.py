@@ -76,13 +76,13 @@ def run(args: argparse.Namespace) -> int:
         for other, bar in bars.items():
             if other != phase:
                 bar.close()
-        bar = bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase]))
+        bar = bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase], enabled=False if args.quiet else None))
         bar.update(int(event.get("done", 0)), int(event.get("total", 0)), str(event.get("detail", "")))
 
     def on_step(message: str) -> None:
         for bar in bars.values():
             bar.close()
-        if args.format == "text":
+        if args.format == "text" and not args.quiet:
             print(f"• {message}", flush=True)
 
     options = ApplyOptions(
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars.values():
             bar.close()
     if args.format == "json":
-        print(envelope("apply", True, {"result": result_json(result)}))
+        print(envelope("apply", result.exit_code == ExitCode.OK, {"result": result_json(result)}))
     else:
         print(render_text(result))
     return int(result.exit_code)

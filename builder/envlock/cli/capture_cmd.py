@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from envlock.capture import CaptureOptions, capture  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    bar = ProgressBar("hashing")
+    bar = ProgressBar("hashing", enabled=False if args.quiet else None)
     steps: list[str] = []
 
     def on_progress(event: dict[str, Any]) -> None:
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     def on_step(message: str) -> None:
         bar.close()
         steps.append(message)
-        if args.format == "text" and bar.enabled:
+        # the steps go with the bar on a terminal; -v shows them anywhere, -q nowhere
+        if args.format == "text" and not args.quiet and (bar.enabled or args.verbose):
             print(f"• {message}", flush=True)
 
     started = time.monotonic()

@@ -30,10 +30,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    workspace = open_workspace(args.root)
+    workspace = open_workspace(args.root, need_hosts=False)
     result = diff(workspace, args.a, args.b)
     if args.format == "json":
-        print(envelope("diff", True, {"result": result_json(result)}))
+        print(envelope("diff", result.identical, {"result": result_json(result)}))
     else:
         print(render_text(result))
     return int(ExitCode.OK if result.identical else ExitCode.FINDINGS)

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
     result = lock_host(workspace, args.host, check=args.check, probe=probe_target)
     if args.format == "json":
-        print(envelope("lock", True, {"result": result_json(result)}))
+        print(envelope("lock", not (args.check and result.stale), {"result": result_json(result)}))
     else:
         print(render_text(result, args.check))
     if args.check and result.stale:

@@ -30,13 +30,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
     p.add_argument("--no-cache", action="store_true", help="rehash every file")
     p.add_argument("--jobs", type=int, default=0, help="hashing threads (default: 2 per core)")
-    p.add_argument("--all", action="store_true", help="list every file of drifted distributions")
+    p.add_argument("--all", action="store_true", help="list every file of drifted distributions (as -v does)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
-    bar = ProgressBar("hashing")
+    bar = ProgressBar("hashing", enabled=False if args.quiet else None)
 
     def on_progress(event: dict[str, Any]) -> None:
         bar.update(event["done"], event["total"], f"{event['files']}/{event['total_files']} files")
@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     shown = workspace.shown(result.lock_path)
     if args.format == "json":
-        print(envelope("verify", True, {"result": result_json(result, shown, elapsed)}))
+        print(envelope("verify", result.clean, {"result": result_json(result, shown, elapsed)}))
     else:
-        print(render_text(result, shown, elapsed, fold=not args.all))
+        print(render_text(result, shown, elapsed, fold=not (args.all or args.verbose)))
     return int(ExitCode.OK if result.clean else ExitCode.FINDINGS)
 
 
