@@ -13,7 +13,6 @@ from envlock.lock.io import atomic_write, read_lock
 from envlock.render import envelope
 from envlock.workspace import open_workspace
 
-
 # text and requirements are the same thing: the requirements file (requirements is
 # the name export took first); json wraps it in the envelope every command prints.
 FORMATS = ("text", "requirements", "json")

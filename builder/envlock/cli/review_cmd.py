@@ -12,7 +12,6 @@ from envlock.errors import EnvlockError, ExitCode
 from envlock.render import envelope, set_color
 from envlock.workspace import open_workspace
 
-
 FORMATS = ("text", "markdown", "json")
 
 
