@@ -21,9 +21,8 @@ import jsonschema
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, ROOT, make_venv, uv_install
-
 from envlock.cli import command_names
+from helpers import ENVLOCK, ROOT, make_venv
 
 SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
 GIT_ENV = {
