@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,20 @@ def test_a_mistyped_host_gets_the_closest_name(fleet: Path) -> None:
     assert "known hosts: gpu01, gpu02-spare" in proc.stderr
     far = envlock("smoke", "zzzzzz", "--root", str(fleet))
     assert "did you mean" not in far.stderr and "known hosts: gpu01" in far.stderr, far.stderr
+
+
+def test_the_demo_headings_are_plain_when_piped(tmp_path: Path) -> None:
+    """`make demo | cat` printed bold escapes; the heading helper now asks the terminal first."""
+    demo = Path(__file__).resolve().parent.parent / "demo" / "run.py"
+    code = f"import runpy; say = runpy.run_path({str(demo)!r})['say']; say('step')"
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert piped.stdout == "\n==> step\n"
+    main, child = pty.openpty()
+    subprocess.run([sys.executable, "-c", code], stdout=child, check=True, env=_no_color_unset())
+    os.close(child)
+    assert BOLD.encode() in os.read(main, 4096)
+    os.close(main)
+
+
+def _no_color_unset() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
