@@ -47,6 +47,11 @@ def error_code(exc: Exception) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``plural(1, "check")`` -> ``"1 check"``, ``plural(0, "library", "libraries")`` -> ``"0 libraries"``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def human_size(n: float) -> str:
     """``1234567`` -> ``"1.2 MB"`` (decimal units, as disk tools show them)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):

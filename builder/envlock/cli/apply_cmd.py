@@ -10,7 +10,7 @@ from envlock.cli.progress import ProgressBar
 from envlock.cli.smoke_render import render_text as smoke_text
 from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
-from envlock.render import envelope, human_size, table
+from envlock.render import envelope, human_size, plural, table
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
@@ -153,9 +153,9 @@ def render_text(result: ApplyResult) -> str:
         rows = [[c.kind, c.name, c.before or "-", c.after or "-"] for c in moved]
         lines += [table(["change", "package", "from", "to"], rows), ""]
     same = len(result.changes) - len(moved)
-    lines.append(f"plan: {len(moved)} package(s) change, {same} rebuilt at the same version")
+    lines.append(f"plan: {plural(len(moved), 'package')} change, {same} rebuilt at the same version")
     if result.bytecode:
-        lines.append(f"damaged bytecode in {result.venv} ({len(result.bytecode)} file(s)), rebuilt:")
+        lines.append(f"damaged bytecode in {result.venv} ({plural(len(result.bytecode), 'file')}), rebuilt:")
         lines += [f"  {path}: {why}" for path, why in result.bytecode[:DRIFT_SHOWN]]
     if result.drift is not None:
         lines.append(f"hand edits in {result.venv} since it matched its lock (verify's findings):")
@@ -191,8 +191,9 @@ def render_text(result: ApplyResult) -> str:
         return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
-        f"pushed {result.pushed_files} file(s), {human_size(result.pushed_bytes)}",
-        f"installed {report.get('installed')} wheels, verified {report.get('verified_files')} files, "
+        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}",
+        f"installed {plural(int(report.get('installed') or 0), 'wheel')}, "
+        f"verified {plural(int(report.get('verified_files') or 0), 'file')}, "
         f"smoke: {smoke.get('ok', 0)} ok, {smoke.get('skipped', 0)} skipped, "
         f"{len(smoke.get('failed', []))} failed",
         f"{result.venv} on {result.host}: swapped in"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from envlock.cli.commands import summary
 from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
-from envlock.render import envelope, human_size, table
+from envlock.render import envelope, human_size, plural, table
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
     for p in lock.packages:
         note = p.reason or ""
         if p.missing:
-            note = f"{len(p.missing)} file(s) missing; " + note
+            note = f"{plural(len(p.missing), 'file')} missing; " + note
         rows.append(
             [
                 p.name,
@@ -126,10 +126,10 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
     lines = [
         table(["package", "version", "source", "files", "size", ".so", "note"], rows, right=(3, 4, 5)),
         "",
-        f"{len(lock.packages)} packages, {files} files, {human_size(size)}; "
+        f"{plural(len(lock.packages), 'package')}, {plural(files, 'file')}, {human_size(size)}; "
         f"python {lock.interpreter.version} on {lock.platform.machine} "
         f"{lock.platform.libc} {lock.platform.libc_version}",
-        f"hashed {stats['hashed']} files ({human_size(stats['bytes_hashed'])}), "
+        f"hashed {plural(stats['hashed'], 'file')} ({human_size(stats['bytes_hashed'])}), "
         f"{stats['cached']} from the stat cache, in {elapsed:.1f} s",
         f"digest {lock.digest}",
         f"{result.lock_path.relative_to(root)}: {state}",

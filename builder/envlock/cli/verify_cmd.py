@@ -11,7 +11,7 @@ from envlock.cli.progress import ProgressBar
 from envlock.drift import VerifyResult
 from envlock.errors import ExitCode
 from envlock.lock.compare import FLAGS, FileDrift
-from envlock.render import envelope, table
+from envlock.render import envelope, plural, table
 from envlock.verify import verify
 from envlock.workspace import open_workspace
 
@@ -91,7 +91,7 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
         f"in {elapsed:.1f} s ({stats.get('hashed', 0)} hashed, {stats.get('cached', 0)} from the stat cache)"
     )
     if result.clean:
-        return f"{result.host}: {result.files_checked} files match {shown} {timing}"
+        return f"{result.host}: {plural(result.files_checked, 'file')} match {shown} {timing}"
     lines: list[str] = []
     if result.python_locked != result.python_live:
         lines.append(f"python {result.python_locked} -> {result.python_live}")
@@ -102,7 +102,7 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
                 d.state
             ]
             rows.append([d.name, d.locked or "-", d.live or "-", note])
-        lines += [table(["distribution", "locked", "live", ""], rows), ""]
+        lines += [table(["distribution", "locked", "live", "status"], rows), ""]
     drifted = {d.name for d in result.dists}
     shown_per_owner: dict[str, int] = {}
     folded = 0
@@ -115,7 +115,9 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
         mark = f.flags if f.state == "changed" else f.state
         lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
     if folded:
-        lines.append(f"… and {folded} more file(s) of drifted distributions (--all lists them)")
+        lines.append(
+            f"… and {plural(folded, 'more file', 'more files')} of drifted distributions (--all lists them)"
+        )
     for path, why in result.bytecode:
         lines.append(f"{'damaged':<8} {'(bytecode)':<20} {path}: {why}")
     counts = {
@@ -123,8 +125,9 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
     }
     lines += [
         "",
-        f"{result.host}: drift from {shown}: {counts['changed']} changed, {counts['missing']} missing, "
-        f"{counts['extra']} extra file(s); {len(result.dists)} distribution(s)"
+        f"{result.host}: drift from {shown}: {plural(len(result.files), 'file')} ({counts['changed']} "
+        f"changed, {counts['missing']} missing, {counts['extra']} extra); "
+        f"{plural(len(result.dists), 'distribution')}"
         + (f"; {len(result.bytecode)} damaged .pyc" if result.bytecode else "")
         + f" {timing}",
         f"flags: {' '.join(FLAGS)} = size, sha256, kind (f/x/l), symlink target",
