@@ -141,3 +141,11 @@ def test_the_demo_headings_are_plain_when_piped(tmp_path: Path) -> None:
 
 def _no_color_unset() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+
+
+def test_a_root_without_hosts_says_so(tmp_path: Path) -> None:
+    proc = envlock("smoke", "ref", "--root", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"{tmp_path}/hosts: no such directory (is --root {tmp_path} the workspace?)" in proc.stderr, (
+        proc.stderr
+    )

@@ -185,3 +185,11 @@ def test_export_json_carries_the_requirements_text(fleet: Path) -> None:
     assert data["result"]["text"] == text and "--hash=sha256:" in text
     same = envlock(fleet, "export", "ct129", "--format", "requirements")
     assert same.stdout == text  # the format export took first still works
+
+
+@pytest.mark.parametrize("argv", [["--format", "json"], ["frobnicate", "--format=json"]])
+def test_no_command_or_an_unknown_one_is_an_envelope(argv: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run([ENVLOCK, *argv], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    data = _envelope(proc, "envlock")
+    assert data["error"]["code"] == "usage", data

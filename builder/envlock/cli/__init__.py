@@ -143,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.usage, end="", file=sys.stderr)
         return _fail(command or "envlock", exc, _wants_json(words))
     if not getattr(args, "command", None) or not hasattr(args, "run"):
+        if args.format == "json":
+            return _fail("envlock", UsageError("no command given (see `envlock --help`)", ""), True)
         parser.print_help()
         return int(ExitCode.COULD_NOT_RUN)
     set_color(color_wanted(sys.stdout, args.no_color))
