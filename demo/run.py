@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,9 @@ PYENV = Path.home() / ".pyenv" / "versions"
 
 
 def say(text: str) -> None:
-    print(f"\n\033[1m==> {text}\033[0m", flush=True)
+    # bold only on a terminal, and never with NO_COLOR (https://no-color.org): `make demo | cat` stays plain
+    bold = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    print(f"\n\033[1m==> {text}\033[0m" if bold else f"\n==> {text}", flush=True)
 
 
 def sh(*cmd: str, ok: tuple[int, ...] = (0,)) -> None:

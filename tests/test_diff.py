@@ -33,7 +33,7 @@ def test_seed_case_reads_at_a_glance(tmp_path: Path) -> None:
     )
     assert "gpu cc 12.0, driver 575.57.08 -> cc 9.0, driver 575.57.08" in lines
     assert lines[0] == (
-        "ct200 -> ct129: 1 upgrade(s), 3 only on ct129, 1 only on ct200; 3 identical (5 -> 7 packages)"
+        "ct200 -> ct129: 1 upgrade, 3 only on ct129, 1 only on ct200; 3 identical (5 -> 7 packages)"
     )
     # The other way round, the same facts from the other side.
     back = run_envlock(tmp_path, "diff", "ct129", "ct200").stdout
@@ -46,7 +46,7 @@ def test_diff_json_envelope(tmp_path: Path) -> None:
     proc = run_envlock(tmp_path, "diff", "locks/pylock.ct200.toml", "ct129", "--format", "json")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    assert data["schema_version"] == 1 and data["command"] == "diff"
+    assert data["schema_version"] == 2 and data["command"] == "diff"
     result = data["result"]
     assert (result["a"], result["b"], result["identical"]) == ("ct200", "ct129", False)
     assert result["summary"] == {

@@ -258,7 +258,7 @@ def test_edit_outside_the_digest_is_noticed(
     assert review.returncode == 1, review.stderr
     import json
 
-    findings = json.loads(review.stdout)["locks"][0]["findings"]
+    findings = json.loads(review.stdout)["result"]["locks"][0]["findings"]
     assert {"code": "digest-mismatch", "severity": "block"}.items() <= findings[0].items(), findings
     diff = run_envlock(root, "diff", "ct129", "ct200")
     assert diff.returncode == 1, diff.stderr  # differences found

@@ -94,7 +94,7 @@ def test_json_envelope_has_every_fact(cuda_libs: dict[str, Path]) -> None:  # no
     done = envlock_inspect(str(path), "--gpu", "12.1", "--format", "json")
     assert done.returncode == 1
     data = json.loads(done.stdout)
-    assert (data["schema_version"], data["command"], data["ok"]) == (1, "inspect", False)
+    assert (data["schema_version"], data["command"], data["ok"]) == (2, "inspect", False)
     result = data["result"]
     assert result["gpu"] == {"cc": "12.1", "sm": "sm_121"} and result["verdict"] == "no-image"
     (library,) = result["libraries"]

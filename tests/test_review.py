@@ -229,8 +229,9 @@ def test_review_working_tree_against_base_through_cli(repo: Path) -> None:
     _change_head(repo)
     proc = run_envlock(repo, "review", "--base", "main", "--format", "json", "--no-index")
     assert proc.returncode == 1, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["schema_version"] == 1 and data["command"] == "review"
+    envelope = json.loads(proc.stdout)
+    assert (envelope["schema_version"], envelope["command"], envelope["ok"]) == (2, "review", False)
+    data = envelope["result"]
     assert data["base"].startswith("main (") and data["head"] == "working tree"
     assert data["summary"]["block"] == 1 and data["summary"]["failed"] is True
     by_name = {c["package"]: c for c in data["changes"]}
@@ -268,7 +269,7 @@ def test_review_between_two_revisions_and_new_lock(repo: Path) -> None:
     assert "locks/pylock.ct300.toml (ct300, added)" in proc.stdout
     assert "2 locks changed, 3 → 4 packages" in proc.stdout
     working = run_envlock(repo, "review", "--base", "HEAD", "--format", "json", "--no-index")
-    data = json.loads(working.stdout)
+    data = json.loads(working.stdout)["result"]
     assert [(lock["path"], lock["status"]) for lock in data["locks"]] == [
         ("locks/pylock.ct200.toml", "removed")
     ]

@@ -158,7 +158,11 @@ def test_profile_checks_run_first_as_statements_or_imports(full: tuple[int, dict
 
 def test_json_envelope_contract(full: tuple[int, dict[str, Any]]) -> None:
     _code, envelope = full
-    assert (envelope["schema_version"], envelope["command"], envelope["ok"]) == (1, "smoke", True)
+    assert (envelope["schema_version"], envelope["command"], envelope["ok"]) == (
+        2,
+        "smoke",
+        False,
+    )  # ok follows the exit status (schema 2)
     result = envelope["result"]
     assert result["passed"] is False and result["has_gpu"] is False
     assert result["lock"] == "locks/pylock.ct200.toml"

@@ -80,7 +80,8 @@ def test_patched_deleted_and_added_files(fleet: tuple[Path, Path]) -> None:
     assert text.returncode == 1
     assert "S5..     six                  site-packages/six.py" in text.stdout
     assert "missing  beta                 site-packages/beta/__init__.py" in text.stdout
-    assert "1 missing, 1 extra file(s)" in text.stdout
+    assert "1 missing, 1 extra); 0 distributions in " in text.stdout, text.stdout
+    assert "distribution  locked" not in text.stdout  # no distribution drift: no table
 
 
 def test_distribution_drift(fleet: tuple[Path, Path], index: Index, tmp_path: Path) -> None:
@@ -105,6 +106,9 @@ def test_distribution_drift(fleet: tuple[Path, Path], index: Index, tmp_path: Pa
     assert "six           1.17.0  1.16.0  version drift" in text
     assert "… and " in text and "(--all lists them)" in text  # idna's many files are folded
     assert "(--all lists them)" not in run_envlock(root, "verify", "ct129", "--all").stdout
+    assert "(--all lists them)" not in run_envlock(root, "verify", "ct129", "-v").stdout  # -v lists all too
+    assert text.splitlines()[0].split() == ["distribution", "locked", "live", "status"]
+    assert "; 3 distributions in " in text
 
 
 def test_verify_could_not_run(fleet: tuple[Path, Path], tmp_path: Path) -> None:

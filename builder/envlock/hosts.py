@@ -8,6 +8,7 @@ collects every problem and names the file and the field, like
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Mapping
@@ -331,9 +332,11 @@ def load_profile(workspace: Workspace, name: str) -> HostProfile:
     path = workspace.profile_path(name)
     shown = _shown(path, workspace.root)
     if not path.is_file():
+        missing = workspace.no_hosts_dir()
+        if missing:
+            raise ProfileError(f"unknown host {name!r}: {missing}")
         known = sorted(p.stem for p in workspace.hosts_dir.glob("*.toml"))
-        hint = f" (known hosts: {', '.join(known)})" if known else ""
-        raise ProfileError(f"{shown}: unknown host {name!r}, no such profile{hint}")
+        raise ProfileError(f"{shown}: unknown host {name!r}, no such profile{_suggest(name, known)}")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -341,6 +344,15 @@ def load_profile(workspace: Workspace, name: str) -> HostProfile:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{shown}: not valid TOML: {exc}") from exc
     return parse_profile(name, data, Path(shown))
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    """`` (did you mean 'gpu01'? known hosts: ...)``: the closest name first, as git suggests commands."""
+    if not known:
+        return ""
+    close = difflib.get_close_matches(name, known, n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f" ({guess}known hosts: {', '.join(known)})"
 
 
 def _shown(path: Path, root: Path) -> Path:

@@ -17,7 +17,7 @@ import io
 import os
 import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -81,6 +81,12 @@ class LibraryResult:
     verdict: str
     reason: str
     optional: bool = False
+    glibc: str | None = None  # the newest GLIBC_x.y symbol version it needs, e.g. "2.34"
+
+    @property
+    def device_code(self) -> bool:
+        """Does it carry GPU code at all? A CPU-only library's verdict is ``native`` (it runs)."""
+        return bool(self.containers)
 
     @property
     def arches(self) -> tuple[str, ...]:
@@ -409,8 +415,27 @@ def _library_result(
     if optional:
         reason += " (optional plugin: nothing in the venv links to it; not counted)"
     return LibraryResult(
-        item.display, "library", tuple(item.containers), images, load, verdict, reason, optional
+        item.display,
+        "library",
+        tuple(item.containers),
+        images,
+        load,
+        verdict,
+        reason,
+        optional,
+        _newest_glibc(item.facts.version_needs if item.facts else {}),
     )
+
+
+def _newest_glibc(version_needs: Mapping[str, tuple[str, ...]]) -> str | None:
+    """``{"libc.so.6": ("GLIBC_2.2.5", "GLIBC_2.34")}`` -> ``"2.34"``."""
+    found = [
+        tuple(int(part) for part in v.removeprefix("GLIBC_").split("."))
+        for versions in version_needs.values()
+        for v in versions
+        if re.fullmatch(r"GLIBC_\d+(\.\d+)*", v)
+    ]
+    return ".".join(map(str, max(found))) if found else None
 
 
 def _image_reason(images: ImageReport) -> str:

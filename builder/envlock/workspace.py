@@ -42,6 +42,8 @@ class LockedVenv:
 @dataclass(frozen=True, slots=True)
 class Workspace:
     root: Path
+    # where discovery started when no hosts/ was found from there up (None: found, or --root given)
+    searched_from: Path | None = None
 
     @property
     def hosts_dir(self) -> Path:
@@ -57,6 +59,17 @@ class Workspace:
         # workspace self-contained (and git-ignored, see .gitignore).
         env = os.environ.get("ENVLOCK_STORE")
         return Path(env) if env else self.root / "store"
+
+    def no_hosts_dir(self) -> str | None:
+        """Why there are no host profiles to read, saying where envlock looked; None when hosts/ exists."""
+        if self.hosts_dir.is_dir():
+            return None
+        if self.searched_from is not None:
+            return (
+                f"not in an envlock workspace: no hosts/ directory in {self.searched_from} or any "
+                "directory above it (run envlock from inside a workspace, or pass --root DIR)"
+            )
+        return f"{self.hosts_dir}: no such directory (is --root {self.root} the workspace?)"
 
     def lock_path(self, host: str) -> Path:
         return self.locks_dir / f"pylock.{host}.toml"
@@ -119,11 +132,34 @@ class Workspace:
         return True
 
 
-def open_workspace(root: str | os.PathLike[str] | None) -> Workspace:
-    path = Path(root) if root is not None else Path.cwd()
-    if not path.is_dir():
-        raise EnvlockError(f"{path}: workspace directory does not exist")
-    return Workspace(root=path.resolve())
+def find_root(start: Path) -> Path | None:
+    """The nearest directory holding ``hosts/``, from ``start`` up (as git finds its repository)."""
+    for candidate in (start, *start.parents):
+        if (candidate / "hosts").is_dir():
+            return candidate
+    return None
+
+
+def open_workspace(root: str | os.PathLike[str] | None, need_hosts: bool = True) -> Workspace:
+    """``--root`` as given, else the nearest directory holding hosts/ from the current one up.
+
+    Found nowhere: an error saying where envlock looked, unless ``need_hosts`` is
+    False (diff, show, review: lock files named by path work anywhere), where the
+    current directory stands in and reading a host profile says where it looked.
+    """
+    if root is not None:
+        path = Path(root)
+        if not path.is_dir():
+            raise EnvlockError(f"{path}: workspace directory does not exist")
+        return Workspace(root=path.resolve())
+    cwd = Path.cwd().resolve()
+    found = find_root(cwd)
+    if found:
+        return Workspace(root=found)
+    workspace = Workspace(root=cwd, searched_from=cwd)
+    if need_hosts:
+        raise EnvlockError(workspace.no_hosts_dir() or "")
+    return workspace
 
 
 def cache_dir() -> Path:

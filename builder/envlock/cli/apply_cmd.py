@@ -10,7 +10,7 @@ from envlock.cli.progress import ProgressBar
 from envlock.cli.smoke_render import render_text as smoke_text
 from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
-from envlock.render import envelope, human_size, table
+from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
 from envlock.workspace import open_workspace
 
@@ -25,8 +25,8 @@ PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify"
 class _Reporter(Reporter):
     """One bar per phase (the last one drawn stays), each step on a line of its own (text format)."""
 
-    def __init__(self, text: bool) -> None:
-        self.text = text
+    def __init__(self, text: bool, quiet: bool) -> None:
+        self.text = text and not quiet  # -q: no bars, no step lines
         self.bars: dict[str, ProgressBar] = {}
 
     def progress(self, phase: str, done: int, total: int, detail: str) -> None:
@@ -35,7 +35,8 @@ class _Reporter(Reporter):
         for other, bar in self.bars.items():
             if other != phase:
                 bar.close()
-        self.bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase])).update(done, total, detail)
+        bar = self.bars.setdefault(phase, ProgressBar(PHASE_LABELS[phase]))
+        bar.update(done, total, detail)
 
     def step(self, message: str) -> None:
         self.close()
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from envlock.apply import ApplyOptions, apply  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    reporter = _Reporter(text=args.format == "text")
+    reporter = _Reporter(text=args.format == "text", quiet=args.quiet)
 
     options = ApplyOptions(
         dry_run=args.dry_run,
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     if args.format == "json":
-        print(envelope("apply", True, {"result": result_json(result)}))
+        print(envelope("apply", result.exit_code == ExitCode.OK, {"result": result_json(result)}))
     else:
         print(render_text(result))
     return int(result.exit_code)
@@ -162,9 +163,9 @@ def render_text(result: ApplyResult) -> str:
         rows = [[c.kind, c.name, c.before or "-", c.after or "-"] for c in moved]
         lines += [table(["change", "package", "from", "to"], rows), ""]
     same = len(result.changes) - len(moved)
-    lines.append(f"plan: {len(moved)} package(s) change, {same} rebuilt at the same version")
+    lines.append(f"plan: {plural(len(moved), 'package')} change, {same} rebuilt at the same version")
     if result.bytecode:
-        lines.append(f"damaged bytecode in {result.venv} ({len(result.bytecode)} file(s)), rebuilt:")
+        lines.append(f"damaged bytecode in {result.venv} ({plural(len(result.bytecode), 'file')}), rebuilt:")
         lines += [f"  {path}: {why}" for path, why in result.bytecode[:DRIFT_SHOWN]]
     if result.drift is not None:
         lines.append(f"hand edits in {result.venv} since it matched its lock (verify's findings):")
@@ -200,8 +201,9 @@ def render_text(result: ApplyResult) -> str:
         return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
-        f"pushed {result.pushed_files} file(s), {human_size(result.pushed_bytes)}",
-        f"installed {report.get('installed')} wheels, verified {report.get('verified_files')} files, "
+        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}",
+        f"installed {plural(int(report.get('installed') or 0), 'wheel')}, "
+        f"verified {plural(int(report.get('verified_files') or 0), 'file')}, "
         f"smoke: {smoke.get('ok', 0)} ok, {smoke.get('skipped', 0)} skipped, "
         f"{len(smoke.get('failed', []))} failed",
         f"{result.venv} on {result.host}: swapped in"

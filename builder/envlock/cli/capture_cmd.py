@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from envlock.cli.commands import summary
 from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
-from envlock.render import envelope, human_size, table
+from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
 from envlock.workspace import open_workspace
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from envlock.capture import CaptureOptions, capture  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    reporter = _Reporter(text=args.format == "text")
+    reporter = _Reporter(text=args.format == "text", quiet=args.quiet, verbose=args.verbose)
 
     started = time.monotonic()
     options = CaptureOptions(
@@ -64,16 +64,18 @@ def run(args: argparse.Namespace) -> int:
 class _Reporter(Reporter):
     """The hashing bar, and each step on a line of its own (on a terminal, in text format)."""
 
-    def __init__(self, text: bool) -> None:
-        self.bar = ProgressBar("hashing")
-        self.text = text
+    def __init__(self, text: bool, quiet: bool, verbose: bool) -> None:
+        self.bar = ProgressBar("hashing", enabled=False if quiet else None)
+        self.text = text and not quiet
+        self.verbose = verbose
 
     def progress(self, phase: str, done: int, total: int, detail: str) -> None:
         self.bar.update(done, total, detail)
 
     def step(self, message: str) -> None:
         self.bar.close()
-        if self.text and self.bar.enabled:
+        # the steps go with the bar on a terminal; -v shows them anywhere, -q nowhere
+        if self.text and (self.bar.enabled or self.verbose):
             print(f"• {message}", flush=True)
 
 
@@ -113,7 +115,7 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
     for p in lock.packages:
         note = p.reason or ""
         if p.missing:
-            note = f"{len(p.missing)} file(s) missing; " + note
+            note = f"{plural(len(p.missing), 'file')} missing; " + note
         rows.append(
             [
                 p.name,
@@ -132,10 +134,10 @@ def render_text(result: CaptureResult, root: Any, elapsed: float) -> str:
     lines = [
         table(["package", "version", "source", "files", "size", ".so", "note"], rows, right=(3, 4, 5)),
         "",
-        f"{len(lock.packages)} packages, {files} files, {human_size(size)}; "
+        f"{plural(len(lock.packages), 'package')}, {plural(files, 'file')}, {human_size(size)}; "
         f"python {lock.interpreter.version} on {lock.platform.machine} "
         f"{lock.platform.libc} {lock.platform.libc_version}",
-        f"hashed {stats['hashed']} files ({human_size(stats['bytes_hashed'])}), "
+        f"hashed {plural(stats['hashed'], 'file')} ({human_size(stats['bytes_hashed'])}), "
         f"{stats['cached']} from the stat cache, in {elapsed:.1f} s",
         f"digest {lock.digest}",
         f"{result.lock_path.relative_to(root)}: {state}",

@@ -10,7 +10,7 @@ from envlock.cli.commands import summary
 from envlock.diff import diff
 from envlock.errors import ExitCode
 from envlock.loadable import LoadProblem
-from envlock.render import envelope
+from envlock.render import envelope, plural
 from envlock.workspace import open_workspace
 
 
@@ -30,10 +30,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    workspace = open_workspace(args.root)
+    workspace = open_workspace(args.root, need_hosts=False)
     result = diff(workspace, args.a, args.b)
     if args.format == "json":
-        print(envelope("diff", True, {"result": result_json(result)}))
+        print(envelope("diff", result.identical, {"result": result_json(result)}))
     else:
         print(render_text(result))
     return int(ExitCode.OK if result.identical else ExitCode.FINDINGS)
@@ -88,20 +88,19 @@ _KINDS = ("upgrade", "downgrade", "added", "removed", "artifact")
 def render_text(result: LockDiff) -> str:
     a, b = result.a_label, result.b_label
     if result.identical:
-        plural = "s" if result.packages_a != 1 else ""
-        return f"{a} and {b}: identical ({result.packages_a} package{plural})"
+        return f"{a} and {b}: identical ({plural(result.packages_a, 'package')})"
     counts = {kind: sum(1 for c in result.changes if c.kind == kind) for kind in _KINDS}
     names = {
-        "upgrade": "upgrade(s)",
-        "downgrade": "downgrade(s)",
-        "artifact": "same-version change(s)",
-        "added": f"only on {b}",
-        "removed": f"only on {a}",
+        "upgrade": ("upgrade", "upgrades"),
+        "downgrade": ("downgrade", "downgrades"),
+        "artifact": ("same-version change", "same-version changes"),
+        "added": (f"only on {b}",) * 2,
+        "removed": (f"only on {a}",) * 2,
     }
-    words = [f"{n} {names[kind]}" for kind, n in counts.items() if n]
+    words = [plural(n, *names[kind]) for kind, n in counts.items() if n]
     lines = [
         f"{a} -> {b}: {', '.join(words) or 'no package changes'}; "
-        f"{result.unchanged} identical ({result.packages_a} -> {result.packages_b} packages)"
+        f"{result.unchanged} identical ({result.packages_a} -> {plural(result.packages_b, 'package')})"
     ]
     order = {"downgrade": 0, "upgrade": 1, "artifact": 2, "removed": 3, "added": 4}
     for change in sorted(result.changes, key=lambda c: (order[c.kind], c.name)):

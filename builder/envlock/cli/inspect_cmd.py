@@ -11,7 +11,7 @@ from envlock.binary.fatbin import FatbinContainer, FatbinEntry
 from envlock.cli.commands import summary
 from envlock.errors import ExitCode
 from envlock.inspect import InspectResult, LibraryResult, inspect_path
-from envlock.render import envelope, table
+from envlock.render import envelope, plural, table
 
 _ARCHES_SHOWN = 8
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(envelope("inspect", result.ok, {"result": result_json(result, elapsed)}))
     else:
-        print(render_text(result, elapsed))
+        print(render_text(result, elapsed, every=bool(args.verbose)))
     return int(code)
 
 
@@ -54,6 +54,7 @@ def result_json(result: InspectResult, elapsed: float) -> dict[str, Any]:
         "gpu": {"cc": str(result.gpu), "sm": result.gpu.sm},
         "driver": result.driver,
         "verdict": result.verdict,
+        "device_code": any(library.device_code for library in result.libraries),
         "counts": result.counts,
         "notes": list(result.notes),
         "seconds": round(elapsed, 3),
@@ -70,6 +71,8 @@ def _library_json(library: LibraryResult) -> dict[str, Any]:
         "verdict": library.verdict,
         "reason": library.reason,
         "optional": library.optional,
+        "device_code": library.device_code,
+        "glibc": library.glibc,
         "arches": list(library.arches),
         "images": {
             "verdict": library.images.verdict,
@@ -126,43 +129,92 @@ def _entry_json(entry: FatbinEntry) -> dict[str, Any]:
 # --- text ------------------------------------------------------------------------
 
 
-def render_text(result: InspectResult, elapsed: float) -> str:
+# What the verdict column says for a library: "native" is for device code (SASS
+# for the GPU); a CPU-only library that loads is not "native", it has none.
+CPU_ONLY = "loads"
+
+
+def _verdict_text(library: LibraryResult) -> str:
+    shown = CPU_ONLY if not library.device_code and library.verdict == NATIVE else library.verdict
+    return shown + (" (optional)" if library.optional else "")
+
+
+def render_text(result: InspectResult, elapsed: float, every: bool = False) -> str:
     driver = f", driver {result.driver}" if result.driver else ""
     lines = [
         f"{result.path} ({result.source}) on {result.gpu.sm} (compute capability {result.gpu}){driver}",
         "",
     ]
+    shown = list(result.libraries) if every else _shown(result)
     rows = [
         [
             library.path,
             str(library.executable_containers) if library.containers else "",
             _arches(library.arches),
-            library.verdict + (" (optional)" if library.optional else ""),
+            _verdict_text(library),
             library.reason,
         ]
-        for library in _shown(result)
+        for library in shown
     ]
-    lines.append(table(["library", "containers", "arches", "verdict", "reason"], rows, right=(1,)))
+    if rows:
+        lines.append(table(["library", "containers", "arches", "verdict", "reason"], rows, right=(1,)))
+        lines += _link_facts(shown)
+    elif not result.libraries:
+        lines.append(f"no shared libraries in this {result.source}: nothing to load, no device code")
+    else:
+        lines.append(
+            f"{plural(len(result.libraries), 'library', 'libraries')} without device code, all load "
+            "(-v or --format json lists them)"
+        )
     if result.source == "library" and result.libraries and result.libraries[0].containers:
         lines += ["", _container_table(result.libraries[0])]
     hidden = len(result.libraries) - len(rows)
     lines.append("")
-    counts = ", ".join(f"{n} {v}" for v, n in result.counts.items() if n)
+    cpu_only = sum(1 for lib in result.libraries if not lib.device_code and lib.verdict == NATIVE)
+    counts = {**result.counts, NATIVE: result.counts.get(NATIVE, 0) - cpu_only}
+    words = [f"{n} {v}" for v, n in counts.items() if n]
+    if cpu_only:
+        words.append(f"{cpu_only} without device code")
     optional = sum(1 for library in result.libraries if library.optional)
-    summary = f"{len(result.libraries)} libraries: {counts or 'none'}"
+    summary = f"{plural(len(result.libraries), 'library', 'libraries')}: {', '.join(words) or 'none'}"
     if optional:
-        summary += f" ({optional} optional plugin(s) not counted)"
-    if hidden:
-        summary += f"; {hidden} without device code that load are not listed (--format json lists all)"
-    lines.append(summary)
-    lines.append(f"verdict: {result.verdict} ({elapsed:.1f} s)")
+        summary += f" ({plural(optional, 'optional plugin')} not counted)"
+    if hidden and rows:
+        summary += f"; {hidden} without device code that load are not listed (-v lists all)"
+    if result.libraries:
+        lines.append(summary)
+    has_code = any(library.device_code for library in result.libraries)
+    verdict = result.verdict if has_code or result.verdict != NATIVE else "runs (no device code)"
+    lines.append(f"verdict: {verdict} ({elapsed:.1f} s)")
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)
 
 
+def _link_facts(libraries: list[LibraryResult]) -> list[str]:
+    """What ld.so needs for each listed library: DT_NEEDED (found or not), glibc, missing symbols."""
+    lines = []
+    for library in libraries:
+        load = library.load
+        if load is None:
+            continue
+        needed = [name if path else f"{name} (missing)" for name, path in load.resolved.items()]
+        if load.missing_library and load.missing_library not in load.resolved:
+            needed.append(f"{load.missing_library} (missing)")
+        facts = [f"needs {' '.join(needed)}" if needed else "needs nothing"]
+        if library.glibc:
+            facts.append(f"glibc >= {library.glibc}")
+        if load.missing_symbols:
+            more = len(load.missing_symbols) - 3
+            facts.append(
+                "missing symbols " + " ".join(load.missing_symbols[:3]) + (f" +{more}" if more > 0 else "")
+            )
+        lines.append(f"  {library.path}: {'; '.join(facts)}")
+    return ["", *lines] if lines else []
+
+
 def _shown(result: InspectResult) -> list[LibraryResult]:
-    """Libraries with device code or a finding; in a venv the rest is noise."""
-    if result.source == "library":
+    """Libraries with device code or a finding; in a venv the rest is noise (a wheel shows all)."""
+    if result.source in ("library", "wheel"):
         return list(result.libraries)
     return [lib for lib in result.libraries if lib.containers or lib.verdict not in (NATIVE, JIT)]
 

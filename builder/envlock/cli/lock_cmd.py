@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
 from envlock.errors import ExitCode
-from envlock.render import envelope, table
+from envlock.render import envelope, plural, table
 
 if TYPE_CHECKING:
     from envlock.resolve import LockResult
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
     result = lock_host(workspace, args.host, check=args.check, probe=probe_target)
     if args.format == "json":
-        print(envelope("lock", True, {"result": result_json(result)}))
+        print(envelope("lock", not (args.check and result.stale), {"result": result_json(result)}))
     else:
         print(render_text(result, args.check))
     if args.check and result.stale:
@@ -95,7 +95,9 @@ def render_text(result: LockResult, check: bool) -> str:
             lines.append(f"{p.name}: {why}")
         lines.append("")
     kept = len(lock.packages) - len(changed)
-    lines.append(f"{len(lock.packages)} packages: {kept} keep the reference's bytes, {len(changed)} differ")
+    lines.append(
+        f"{plural(len(lock.packages), 'package')}: {kept} keep the reference's bytes, {len(changed)} differ"
+    )
     path = f"locks/pylock.{lock.host}.toml"
     if check:
         lines.append(f"{path}: {'stale' if result.stale else 'up to date'}")

@@ -9,12 +9,16 @@ from typing import Any
 
 from envlock.cli.commands import summary
 from envlock.errors import EnvlockError, ExitCode
+from envlock.render import envelope, set_color
 from envlock.workspace import open_workspace
+
+FORMATS = ("text", "markdown", "json")
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "review",
+        parents=[common],
         help=summary("review"),
         description="Compare every locks/*.toml changed between --base and --head (default: the "
         "working tree) and classify what changed: block (same file name with other bytes, GPU "
@@ -22,10 +26,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "label, downgrade, new native code or DT_NEEDED, yanked, index changed), info (upgrade, "
         "added, removed). Exit 0 ran fine, 1 findings at or above --fail-on, 2 could not run.",
     )
-    p.add_argument("--root", metavar="DIR", help="workspace holding hosts/ and locks/ (default: .)")
     p.add_argument("--base", required=True, metavar="REV", help="git revision to compare against")
     p.add_argument("--head", metavar="REV", help="git revision to review (default: the working tree)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format")
     p.add_argument(
         "--fail-on",
         choices=("block", "warn", "info", "never"),
@@ -39,15 +41,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envlock.review import ReviewOptions, review_git
-    from envlock.review.jsonout import render_json
+    from envlock.review.jsonout import review_json
     from envlock.review.markdown import render_markdown
     from envlock.review.text import render_text
 
     fmt = args.format
-    workspace = open_workspace(args.root)
+    workspace = open_workspace(args.root, need_hosts=False)
     review = review_git(workspace.root, args.base, args.head, ReviewOptions(check_yanked=not args.no_index))
+    if args.output:
+        set_color(False)  # a report file gets no terminal styling
+    failed = review.fails(args.fail_on)
     if fmt == "json":
-        out = render_json(review, args.fail_on)
+        out = envelope("review", not failed, {"result": review_json(review, args.fail_on)})
     elif fmt == "markdown":
         out = render_markdown(review, args.fail_on)
     else:
@@ -59,4 +64,4 @@ def run(args: argparse.Namespace) -> int:
             raise EnvlockError(f"{args.output}: cannot write: {exc.strerror}") from exc
     else:
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
-    return int(ExitCode.FINDINGS if review.fails(args.fail_on) else ExitCode.OK)
+    return int(ExitCode.FINDINGS if failed else ExitCode.OK)

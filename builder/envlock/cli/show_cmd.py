@@ -77,7 +77,7 @@ def _lock_path(root: str | None, spec: str) -> tuple[Path, str]:
     path = Path(spec)
     if path.suffix == ".toml" or "/" in spec or path.is_file():
         return path, spec
-    workspace = open_workspace(root)
+    workspace = open_workspace(root, need_hosts=False)
     path = workspace.lock_path(spec)
     return path, workspace.shown(path)
 

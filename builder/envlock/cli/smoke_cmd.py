@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise EnvlockError("--timeout must be positive and --jobs not negative")
     workspace = open_workspace(args.root)
     counter = _Counter(sys.stderr)
+    counter.enabled = counter.enabled and not args.quiet
     options = SmokeOptions(deep=args.deep, fail_fast=args.fail_fast, timeout=args.timeout, jobs=args.jobs)
     started = time.monotonic()
     try:
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         counter.close()
     elapsed = time.monotonic() - started
     if args.format == "json":
-        print(envelope("smoke", True, {"result": result_json(result, elapsed)}))
+        print(envelope("smoke", result.passed, {"result": result_json(result, elapsed)}))
     else:
         print(render_text(result, elapsed))
     return int(ExitCode.OK if result.passed else ExitCode.FINDINGS)

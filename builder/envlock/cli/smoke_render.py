@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from envlock.render import table
+from envlock.render import plural, table
 from envlock.smokereport import ModuleResult, SmokeResult
 
 CASCADE_SHOWN = 5  # modules named per cause before the rest is counted
@@ -83,11 +83,11 @@ def render_text(result: SmokeResult, elapsed: float) -> str:
 def _summary(result: SmokeResult, elapsed: float) -> str:
     checks = result.checks
     modules = len(result.results) + len(result.not_run) - checks
-    what = f"{modules} modules" + (f" + {checks} checks" if checks else "")
+    what = plural(modules, "module") + (f" + {plural(checks, 'check')}" if checks else "")
     ok = sum(r.status == "ok" for r in result.results)
     causes = sum(1 for g in result.by_cause() if g[0].status == "failed")
     counts = f"{ok} ok, {len(result.failures)} failed, {len(result.skipped)} skipped"
-    counts += f" ({causes} causes)" if causes != len(result.failures) else ""
+    counts += f" ({plural(causes, 'cause')})" if causes != len(result.failures) else ""
     if result.stopped:
         counts += f"; stopped at the first failure, {len(result.not_run)} not run"
     source = f", modules from {result.lock} and the venv" if result.lock else ""

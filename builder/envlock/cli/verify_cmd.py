@@ -11,7 +11,7 @@ from envlock.cli.progress import ProgressBar
 from envlock.drift import VerifyResult
 from envlock.errors import ExitCode
 from envlock.lock.compare import FLAGS, FileDrift
-from envlock.render import envelope, table
+from envlock.render import envelope, plural, table
 from envlock.reporter import Reporter
 from envlock.verify import verify
 from envlock.workspace import open_workspace
@@ -31,13 +31,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
     p.add_argument("--no-cache", action="store_true", help="rehash every file")
     p.add_argument("--jobs", type=int, default=0, help="hashing threads (default: 2 per core)")
-    p.add_argument("--all", action="store_true", help="list every file of drifted distributions")
+    p.add_argument("--all", action="store_true", help="list every file of drifted distributions (as -v does)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
-    reporter = _Reporter()
+    reporter = _Reporter(quiet=args.quiet)
 
     started = time.monotonic()
     try:
@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     shown = workspace.shown(result.lock_path)
     if args.format == "json":
-        print(envelope("verify", True, {"result": result_json(result, shown, elapsed)}))
+        print(envelope("verify", result.clean, {"result": result_json(result, shown, elapsed)}))
     else:
-        print(render_text(result, shown, elapsed, fold=not args.all))
+        print(render_text(result, shown, elapsed, fold=not (args.all or args.verbose)))
     return int(ExitCode.OK if result.clean else ExitCode.FINDINGS)
 
 
@@ -87,7 +87,7 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
         f"in {elapsed:.1f} s ({stats.get('hashed', 0)} hashed, {stats.get('cached', 0)} from the stat cache)"
     )
     if result.clean:
-        return f"{result.host}: {result.files_checked} files match {shown} {timing}"
+        return f"{result.host}: {plural(result.files_checked, 'file')} match {shown} {timing}"
     lines: list[str] = []
     if result.python_locked != result.python_live:
         lines.append(f"python {result.python_locked} -> {result.python_live}")
@@ -98,7 +98,7 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
                 d.state
             ]
             rows.append([d.name, d.locked or "-", d.live or "-", note])
-        lines += [table(["distribution", "locked", "live", ""], rows), ""]
+        lines += [table(["distribution", "locked", "live", "status"], rows), ""]
     drifted = {d.name for d in result.dists}
     shown_per_owner: dict[str, int] = {}
     folded = 0
@@ -111,7 +111,9 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
         mark = f.flags if f.state == "changed" else f.state
         lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
     if folded:
-        lines.append(f"… and {folded} more file(s) of drifted distributions (--all lists them)")
+        lines.append(
+            f"… and {plural(folded, 'more file', 'more files')} of drifted distributions (--all lists them)"
+        )
     for path, why in result.bytecode:
         lines.append(f"{'damaged':<8} {'(bytecode)':<20} {path}: {why}")
     counts = {
@@ -119,8 +121,9 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
     }
     lines += [
         "",
-        f"{result.host}: drift from {shown}: {counts['changed']} changed, {counts['missing']} missing, "
-        f"{counts['extra']} extra file(s); {len(result.dists)} distribution(s)"
+        f"{result.host}: drift from {shown}: {plural(len(result.files), 'file')} ({counts['changed']} "
+        f"changed, {counts['missing']} missing, {counts['extra']} extra); "
+        f"{plural(len(result.dists), 'distribution')}"
         + (f"; {len(result.bytecode)} damaged .pyc" if result.bytecode else "")
         + f" {timing}",
         f"flags: {' '.join(FLAGS)} = size, sha256, kind (f/x/l), symlink target",
@@ -132,8 +135,8 @@ def render_text(result: VerifyResult, shown: str, elapsed: float, fold: bool = T
 class _Reporter(Reporter):
     """The hashing bar."""
 
-    def __init__(self) -> None:
-        self.bar = ProgressBar("hashing")
+    def __init__(self, quiet: bool) -> None:
+        self.bar = ProgressBar("hashing", enabled=False if quiet else None)
 
     def progress(self, phase: str, done: int, total: int, detail: str) -> None:
         self.bar.update(done, total, detail)

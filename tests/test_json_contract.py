@@ -1,0 +1,195 @@
+"""The JSON contract: every command's --format json is one envelope (docs/json.md).
+
+Modelled on pipx's test_result_contract.py: the command list comes from the
+CLI's own parser, so a command added without a case here fails
+``test_every_command_has_a_case``. Each case runs the real console script on a
+real small workspace (the session's reference venv, captured) and checks the
+output against docs/envelope.schema.json, once answering and once refusing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from conftest import Reference, write_profile
+from envlock.cli import command_names
+from helpers import ENVLOCK, ROOT, make_venv
+
+SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def envlock(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ENVLOCK, *args, "--root", str(root)], capture_output=True, text=True, cwd=cwd)
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(root), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV}
+    )
+
+
+def _copy_lock(root: Path, source: str, target: str) -> None:
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(root / "locks" / f"pylock.{source}{suffix}", root / "locks" / f"pylock.{target}{suffix}")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Path:
+    """ct129 (the reference venv) captured; ct300 locked from it; a git history where ct200's lock appears."""
+    root = tmp_path_factory.mktemp("contract") / "fleet"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    assert envlock(root, "capture", "ct129").returncode == 0
+    (root / "hosts" / "ct300.toml").write_text(
+        f'venv = "{root}/venv-ct300"\nreference = "ct129"\n[target]\npython = "3.11.7"\n'
+        f'[index]\nurls = ["{reference.index.url}"]\n'
+    )
+    (root / "wheels").mkdir()
+    shutil.copy(reference.index.wheels["beta"], root / "wheels")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "ct129")
+    _copy_lock(root, "ct129", "ct200")
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "ct200")
+    return root
+
+
+def _apply_case(root: Path) -> list[str]:
+    """A host whose venv does not exist yet: apply builds it."""
+    write_profile(root, "ct201", root / "venv-ct201", None)
+    _copy_lock(root, "ct129", "ct201")
+    return ["apply", "ct201"]
+
+
+def _rollback_case(root: Path) -> list[str]:
+    """A venv uv made, replaced by apply --force: rollback brings it back."""
+    venv = make_venv(root / "venv-ct202")
+    write_profile(root, "ct202", venv, None)
+    _copy_lock(root, "ct129", "ct202")
+    assert envlock(root, "apply", "ct202", "--force").returncode == 0
+    return ["rollback", "ct202"]
+
+
+# command -> (how to set the case up, the exit status it answers with); the
+# setup returns the arguments after `envlock` (--format json and --root are added)
+CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
+    "capture": (lambda root: ["capture", "ct129"], 0),
+    "lock": (lambda root: ["lock", "ct300"], 0),
+    "apply": (_apply_case, 0),
+    "rollback": (_rollback_case, 0),
+    "verify": (lambda root: ["verify", "ct129"], 0),
+    "smoke": (lambda root: ["smoke", "ct129"], 0),
+    "diff": (lambda root: ["diff", "ct129", "ct300"], 1),
+    "review": (lambda root: ["review", "--base", "HEAD~1", "--head", "HEAD", "--no-index"], 0),
+    "inspect": (lambda root: ["inspect", str(next((root / "wheels").glob("beta-*.whl")))], 0),
+    "export": (lambda root: ["export", "ct129"], 0),
+    "show": (lambda root: ["show", "ct129"], 0),
+    "git-setup": (lambda root: ["git-setup"], 0),
+}
+
+# command -> arguments it cannot run with (exit 2, an error envelope)
+REFUSALS: dict[str, list[str]] = {
+    "capture": ["capture", "nosuch"],
+    "lock": ["lock", "nosuch"],
+    "apply": ["apply", "nosuch"],
+    "rollback": ["rollback", "nosuch"],
+    "verify": ["verify", "nosuch"],
+    "smoke": ["smoke", "nosuch"],
+    "diff": ["diff", "nosuch.toml", "ct129"],
+    "review": ["review", "--base", "no-such-revision"],
+    "inspect": ["inspect", "/nonexistent/libx.so"],
+    "export": ["export", "nosuch"],
+    "show": ["show", "nosuch"],
+    "git-setup": ["git-setup"],  # run where there is no git repository
+}
+
+
+def _envelope(proc: subprocess.CompletedProcess[str], command: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(proc.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert data["command"] == command
+    assert data["ok"] is (proc.returncode == 0), data
+    return data
+
+
+def test_every_command_has_a_case() -> None:
+    names = set(command_names())
+    assert names, "no commands found in the parser"
+    assert set(CASES) == names, f"commands without a contract case: {sorted(names - set(CASES))}"
+    assert set(REFUSALS) == names, f"commands without a refusal case: {sorted(names - set(REFUSALS))}"
+    assert set(SCHEMA["properties"]["command"]["enum"]) == names | {"envlock"}
+
+
+@pytest.mark.parametrize("command", command_names())
+def test_command_answers_in_the_envelope(command: str, fleet: Path) -> None:
+    if command not in CASES:
+        pytest.fail(f"no contract case for `envlock {command}`")
+    setup, status = CASES[command]
+    proc = envlock(fleet, *setup(fleet), "--format", "json")
+    assert proc.returncode == status, proc.stderr
+    data = _envelope(proc, command)
+    assert "result" in data and "error" not in data
+    assert proc.stderr.count("error") == 0, proc.stderr
+
+
+@pytest.mark.parametrize("command", command_names())
+def test_command_refuses_in_the_envelope(command: str, fleet: Path, tmp_path: Path) -> None:
+    if command not in REFUSALS:
+        pytest.fail(f"no refusal case for `envlock {command}`")
+    root = tmp_path if command == "git-setup" else fleet
+    if command == "git-setup":
+        (root / "hosts").mkdir()
+    proc = envlock(root, *REFUSALS[command], "--format", "json")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    data = _envelope(proc, command)
+    assert data["ok"] is False and "result" not in data
+    message = data["error"]["message"]
+    # the same one line on stderr, never a traceback
+    assert proc.stderr.strip().splitlines()[-1] == f"envlock: error: {message}", proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_usage_error_is_an_envelope_too(fleet: Path) -> None:
+    proc = envlock(fleet, "verify", "ct129", "--format", "json", "--no-such-option")
+    assert proc.returncode == 2
+    data = _envelope(proc, "verify")
+    assert data["error"]["code"] == "usage" and "--no-such-option" in data["error"]["message"]
+    assert "usage: envlock" in proc.stderr
+
+
+def test_review_keys_are_under_result(fleet: Path) -> None:
+    proc = envlock(fleet, "review", "--base", "HEAD~1", "--head", "HEAD", "--no-index", "--format", "json")
+    data = _envelope(proc, "review")
+    assert set(data) == {"schema_version", "command", "ok", "result"}
+    assert [lock["status"] for lock in data["result"]["locks"]] == ["added"]
+
+
+def test_export_json_carries_the_requirements_text(fleet: Path) -> None:
+    text = envlock(fleet, "export", "ct129").stdout
+    data = _envelope(envlock(fleet, "export", "ct129", "--format", "json"), "export")
+    assert data["result"]["text"] == text and "--hash=sha256:" in text
+    same = envlock(fleet, "export", "ct129", "--format", "requirements")
+    assert same.stdout == text  # the format export took first still works
+
+
+@pytest.mark.parametrize("argv", [["--format", "json"], ["frobnicate", "--format=json"]])
+def test_no_command_or_an_unknown_one_is_an_envelope(argv: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run([ENVLOCK, *argv], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    data = _envelope(proc, "envlock")
+    assert data["error"]["code"] == "usage", data
