@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -21,12 +21,14 @@ from envlock.capture.origins import Origin, index_config
 from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile
+from envlock.loadable import provided_names
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import (
     FileEntry,
     GpuDevice,
     HostGpu,
+    HostLibraries,
     Interpreter,
     Lock,
     Package,
@@ -153,6 +155,7 @@ def build_lock(
         manifest_files=len(manifest_rows),
         gpu=gpu_facts(snapshot, profile),
         unowned=tuple(unowned),
+        host_libraries=host_library_facts(snapshot, packages),
     )
     extra_rows = scaffold_rows(snapshot, owners)
     manifest = render_manifest(manifest_rows + extra_rows)
@@ -191,6 +194,19 @@ def _pack_editable_source(
     step(f"pack the source of editable {dist['name']} ({path})")
     data = run_agent(transport, venv, ["pack-source", "--dir", path])
     return SourceTree(path=path, sha256=store.put_blob(data), size=len(data))
+
+
+def host_library_facts(snapshot: dict[str, Any], packages: Iterable[Package]) -> HostLibraries | None:
+    """The agent's search on the host for the DT_NEEDED names no locked package ships
+    (None when there is none: a lock of pure-Python or self-contained wheels says nothing)."""
+    shipped = provided_names(packages)
+    searched = {k: v for k, v in snapshot.get("host_libraries", {}).items() if k not in shipped}
+    if not searched:
+        return None
+    return HostLibraries(
+        found={name: path for name, path in searched.items() if path},
+        missing=tuple(sorted(name for name, path in searched.items() if not path)),
+    )
 
 
 def gpu_facts(snapshot: dict[str, Any], profile: HostProfile) -> HostGpu | None:

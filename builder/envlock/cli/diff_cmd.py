@@ -60,6 +60,8 @@ def _problem_json(problem: LoadProblem, side: str) -> dict[str, Any]:
         "library": problem.library,
         "problem": problem.kind,
         "needs": problem.what,
+        # needed: does the host's loader find it (the lock's host-libraries facts)?
+        **({"host": problem.host} if problem.kind == "needed" else {}),
         "detail": problem.describe(),
     }
 

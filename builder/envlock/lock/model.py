@@ -171,6 +171,25 @@ class HostGpu:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostLibraries:
+    """Where the host's loader finds the ``DT_NEEDED`` names no locked package ships.
+
+    Searched by the agent on the host at capture (the ld.so cache, then the
+    system directories, as ld.so does): ``found`` maps a name to the path it
+    resolved to, ``missing`` lists the names found nowhere. Review reads
+    these; apply does not act on them (docs/lock-format.md).
+    """
+
+    found: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+    def state(self, name: str) -> Literal["present", "missing", "unknown"]:
+        if name in self.found:
+            return "present"
+        return "missing" if name in self.missing else "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Lock:
     host: str
     role: Literal["reference", "target"]
@@ -188,6 +207,7 @@ class Lock:
     gpu: HostGpu | None = None
     unowned: tuple[str, ...] = ()
     reference: str | None = None  # for a target lock: the host it was resolved from
+    host_libraries: HostLibraries | None = None  # captured locks only: None means "not known"
     format_version: int = FORMAT_VERSION
     digest_rules: str = DIGEST_RULES
 
