@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -67,5 +68,7 @@ def test_old_dotted_names_are_read_then_renamed(tmp_path: Path, reference: Refer
     verified = run_envlock(root, "verify", HOST)  # the lock and its manifest, under the old names
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
-    assert run_envlock(root, "capture", HOST).returncode == 0
+    recaptured = run_envlock(root, "capture", HOST, "--format", "json")
+    assert recaptured.returncode == 0, recaptured.stderr
+    assert json.loads(recaptured.stdout)["result"]["lock"] == "locks/pylock.gpu01%2Elab.toml"
     assert sorted(p.name for p in locks.iterdir()) == NEW_NAMES

@@ -165,12 +165,13 @@ def build_lock(
         manifest_sha256=manifest_sha256(manifest),
         manifest_files=manifest.count(b"\n") - 1,
     )
-    lock_path = workspace.lock_path(host)
-    manifest_path = workspace.manifest_path(host)
     if options.write:
         changed = workspace.write_lock_if_changed(host, lock, manifest)
     else:
         changed = not workspace.lock_is_current(host, lock, manifest)
+    # After the write: a lock under an old name (pylock.gpu01.lab.toml) has just been renamed.
+    lock_path = workspace.lock_path(host)
+    manifest_path = workspace.manifest_path(host)
     rows = tuple(manifest_rows) + tuple(extra_rows)
     return CaptureResult(
         lock=lock,
