@@ -22,7 +22,9 @@ DIGEST_RULES = "envlock-payload-2"
 # index: a wheel on an index; direct: a wheel URL from direct_url.json;
 # repacked: built by envlock from a host's live files; store: a wheel someone
 # put in the artifact store (a build for the target's GPU, say), found by the resolver.
-Source = Literal["index", "direct", "repacked", "store"]
+# foreign: a package of a PEP 751 lock another tool wrote (``lock/foreign.py``);
+# never in a lock envlock writes or applies.
+Source = Literal["index", "direct", "repacked", "store", "foreign"]
 SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store")
 
 
@@ -101,6 +103,9 @@ class Package:
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
     source_tree: SourceTree | None = None  # editable installs
     native: tuple[NativeLib, ...] = ()
+    # Foreign locks only: every other artifact listed (more wheels, the sdist) and the marker.
+    artifacts: tuple[Artifact, ...] = ()
+    marker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,6 +213,8 @@ class Lock:
     unowned: tuple[str, ...] = ()
     reference: str | None = None  # for a target lock: the host it was resolved from
     host_libraries: HostLibraries | None = None  # captured locks only: None means "not known"
+    # A plain PEP 751 lock another tool wrote: its ``created-by``; None for envlock's own.
+    foreign: str | None = None
     format_version: int = FORMAT_VERSION
     digest_rules: str = DIGEST_RULES
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from envlock.changes import LockDiff, PackageChange, artifact_change
+from envlock.changes import LockDiff, PackageChange, all_artifacts, artifact_change
 from envlock.loadable import LoadProblem, is_host_library, library_label
 from envlock.lock.compare import compare_rows
 from envlock.lock.model import FileEntry, Lock, NativeLib
@@ -60,19 +60,20 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     before, after = change.before, change.after
     found: list[Finding] = []
     if before is not None and after is not None and change.kind == "artifact":
-        same_name = before.wheel.filename == after.wheel.filename
         local = ("repacked", "store")  # envlock or the user built these: the file name is not an index's
         pinned = before.source not in local and after.source not in local
-        if same_name and pinned and before.wheel.sha256 != after.wheel.sha256:
-            found.append(
-                Finding(
-                    "same-name-different-bytes",
-                    "block",
-                    f"{after.wheel.filename}: sha256 {before.wheel.sha256[:16]}… at base, "
-                    f"{after.wheel.sha256[:16]}… at head; an index never serves two files under one name "
-                    "(rebuilt or tampered artifact)",
+        was, now = all_artifacts(before), all_artifacts(after)  # a foreign lock lists several
+        for name in sorted(was.keys() & now.keys()):
+            if pinned and was[name] and now[name] and was[name] != now[name]:
+                found.append(
+                    Finding(
+                        "same-name-different-bytes",
+                        "block",
+                        f"{name}: sha256 {was[name][:16]}… at base, "
+                        f"{now[name][:16]}… at head; an index never serves two files under one name "
+                        "(rebuilt or tampered artifact)",
+                    )
                 )
-            )
     if before is not None and after is not None:
         found += _native_change_findings(before.native, after.native, ccs)
     if after is not None and after.native and before is None:
