@@ -144,3 +144,37 @@ def test_review_over_git_on_plain_locks(tmp_path: Path, foreign: tuple[Path, Pat
     (six,) = [c for c in data["changes"] if c["package"] == "six"]
     first = six["findings"][0]
     assert (first["code"], first["severity"]) == ("same-name-different-bytes", "block")
+
+
+def test_an_envlock_lock_against_a_plain_one(tmp_path: Path) -> None:
+    """Mixed: envlock's one wheel per package must be among the plain lock's artifacts, same hash."""
+    from envlock.lock.io import render_lock
+    from lockfactory import make_lock, pkg
+
+    six, idna = pkg("six", "1.17.0"), pkg("idna", "3.10")
+    ours = tmp_path / "pylock.ours.toml"
+    ours.write_bytes(render_lock(make_lock("ours", [six, idna])))
+
+    def entry(p: Any, sha256: str) -> str:
+        wheel = (
+            f'{{ name = "{p.wheel.filename}", url = "{p.wheel.url}", hashes = {{ sha256 = "{sha256}" }} }}'
+        )
+        url = f"https://files.example/{p.name}-{p.version}.tar.gz"
+        sdist = f'{{ url = "{url}", hashes = {{ sha256 = "{"1" * 64}" }} }}'
+        return (
+            f'[[packages]]\nname = "{p.name}"\nversion = "{p.version}"\nsdist = {sdist}\nwheels = [{wheel}]\n'
+        )
+
+    theirs = tmp_path / "pylock.toml"
+    theirs.write_text(
+        'lock-version = "1.0"\ncreated-by = "hand"\n' + entry(six, six.wheel.sha256) + entry(idna, "2" * 64)
+    )
+    proc = run_envlock(tmp_path, "diff", str(ours), str(theirs))
+    assert proc.returncode == 1, proc.stderr
+    lines = [line.strip() for line in proc.stdout.splitlines()]
+    assert not any(line.startswith("six") for line in lines)  # its wheel and hash are listed there
+    assert "idna 3.10: same version, idna-3.10-py3-none-any.whl: other hash in the plain lock " in " ".join(
+        lines
+    )
+    assert not any(line.startswith("environment") for line in lines)
+    assert sum(line.startswith("note: ") for line in lines) == 1
