@@ -95,6 +95,22 @@ def _tamper(text: str, wheel: str) -> str:
     return text.replace(line, line.replace(digest.group(1), "0" * 64))
 
 
+def test_uv_export_of_the_same_pins_is_identical(tmp_path: Path, foreign: tuple[Path, Path]) -> None:
+    """``uv export --format pylock.toml`` of a project pinning what ``uv pip compile`` pinned."""
+    _, uv_lock = foreign
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "app"\nversion = "0.1.0"\nrequires-python = ">=3.9"\n'
+        'dependencies = ["six==1.17.0", "idna==3.10"]\n'
+    )
+    _run(UV, "lock", "-q", cwd=project)
+    _run(UV, "export", "-q", "--format", "pylock.toml", "--no-emit-project", "-o", "pylock.toml", cwd=project)
+    proc = run_envlock(tmp_path, "diff", str(project / "pylock.toml"), str(uv_lock))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical (2 packages)" in proc.stdout.splitlines()[0]
+
+
 def test_show_reads_a_plain_lock(tmp_path: Path, foreign: tuple[Path, Path]) -> None:
     pip_lock, _ = foreign
     proc = run_envlock(tmp_path, "show", str(pip_lock))
