@@ -20,6 +20,7 @@ from envlock.lock.model import (
     CudaImages,
     FileEntry,
     HostGpu,
+    HostLibraries,
     Interpreter,
     Lock,
     NativeLib,
@@ -114,6 +115,7 @@ def make_lock(
     cc: Sequence[str] = (),
     indexes: Sequence[str] = (INDEX,),
     manifest: Sequence[FileEntry] = (),
+    host_libraries: HostLibraries | None = None,
 ) -> Lock:
     gpu = HostGpu(source="profile", cc=tuple(cc), driver="575.57.08") if cc else None
     packages = tuple(sorted(packages, key=lambda p: p.name))
@@ -144,6 +146,7 @@ def make_lock(
         manifest_sha256=manifest_sha256(render_manifest(manifest)),
         manifest_files=len(manifest),
         gpu=gpu,
+        host_libraries=host_libraries,
     )
     return replace(lock, digest=lock_digest(lock))
 
@@ -207,5 +210,6 @@ def seed_locks() -> tuple[Lock, Lock]:
         "ct200",
         [*shared, pkg("xgrammar", "0.1.10"), pkg("nvidia-cuda-runtime", "13.0.96", native=[cudart13])],
         cc=["12.0"],
+        host_libraries=HostLibraries(missing=("libcudart.so.12",)),  # what ct200's capture found
     )
     return ct129, ct200

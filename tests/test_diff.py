@@ -29,7 +29,8 @@ def test_seed_case_reads_at_a_glance(tmp_path: Path) -> None:
     native = lines.index("native, on ct200 only:")
     assert (
         lines[native + 1]
-        == "sgl_kernel common_ops: needs libcudart.so.12, which nothing in the venv provides"
+        == "sgl_kernel common_ops: needs libcudart.so.12, which nothing in the venv provides, "
+        "nor does the host"
     )
     assert "gpu cc 12.0, driver 575.57.08 -> cc 9.0, driver 575.57.08" in lines
     assert lines[0] == (
@@ -66,7 +67,9 @@ def test_diff_json_envelope(tmp_path: Path) -> None:
         "library": "site-packages/sgl_kernel/common_ops.abi3.so",
         "problem": "needed",
         "needs": "libcudart.so.12",
-        "detail": "sgl_kernel common_ops: needs libcudart.so.12, which nothing in the venv provides",
+        "host": "missing",
+        "detail": "sgl_kernel common_ops: needs libcudart.so.12, which nothing in the venv provides, "
+        "nor does the host",
     }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from envlock.changes import PackageChange, artifact_change
 from envlock.lock.io import render_lock
-from envlock.lock.model import Lock
+from envlock.lock.model import HostLibraries, Lock
 from envlock.review import LockVersions, ReviewOptions, review_versions
 from envlock.review.findings import host_facts, package_findings
 from envlock.review.model import Finding, LockReview
@@ -197,7 +197,8 @@ def test_lock_findings_most_serious_first() -> None:
     ops = lib("site-packages/ops/_ops.so", needed=("libdep.so.1", "libc.so.6"))
     dep = lib("site-packages/dep/libdep.so.1", soname="libdep.so.1")
     base = make_lock("ct200", [pkg("ops", "1.0", native=[ops]), pkg("dep", "1.0", native=[dep])])
-    head = make_lock("ct200", [pkg("ops", "1.0", native=[ops])], python="3.11.10")
+    missing = HostLibraries(missing=("libdep.so.1",))
+    head = make_lock("ct200", [pkg("ops", "1.0", native=[ops])], python="3.11.10", host_libraries=missing)
     head = replace(head, find_links=("file:///wheels",))
     review = _review(base, head)
     assert [(f.code, f.severity) for f in review.findings] == [
@@ -214,7 +215,31 @@ def test_a_changed_package_that_stops_loading_shows_that_first() -> None:
     dep = lib("site-packages/dep/libdep.so.1", soname="libdep.so.1")
     base = make_lock("ct200", [pkg("ops", "1.0", native=[ops]), pkg("dep", "1.0", native=[dep])], cc=["9.0"])
     cpu_ops = lib("site-packages/ops/_ops.so", needed=("libdep.so.1", "libc.so.6"), label="cpu")
-    head = make_lock("ct200", [pkg("ops", "1.1", native=[cpu_ops])], cc=["9.0"])
+    missing = HostLibraries(missing=("libdep.so.1",))
+    head = make_lock("ct200", [pkg("ops", "1.1", native=[cpu_ops])], cc=["9.0"], host_libraries=missing)
     codes = [f.code for f in _findings(_review(base, head), "ops")]
     assert codes[:2] == ["native-unloadable", "gpu-arch-lost"]
     assert not _findings(_review(base, head), "ops")[0].detail.endswith("did not change)")
+
+
+def test_a_library_no_package_ships_is_rated_by_the_host_facts() -> None:
+    """BLOCK only when the host's loader does not find it; INFO when it does; WARN without facts."""
+    yaml_ext = lib("site-packages/yaml/_yaml.so", needed=("libyaml-0.so.2", "libc.so.6"))
+    base = make_lock("ct200", [pkg("six", "1.17.0")])
+    head_pkgs = [pkg("six", "1.17.0"), pkg("pyyaml", "6.0.2", native=[yaml_ext])]
+    codes = ("native-unloadable", "host-library", "host-library-unknown")
+    rated = {}
+    for state, facts in (
+        ("present", HostLibraries(found={"libyaml-0.so.2": "/usr/lib/x86_64-linux-gnu/libyaml-0.so.2"})),
+        ("missing", HostLibraries(missing=("libyaml-0.so.2",))),
+        ("unknown", None),
+    ):
+        head = make_lock("ct200", head_pkgs, host_libraries=facts)
+        (rated[state],) = [
+            (f.code, f.severity) for f in _findings(_review(base, head), "pyyaml") if f.code in codes
+        ]
+    assert rated == {
+        "present": ("host-library", "info"),
+        "missing": ("native-unloadable", "block"),
+        "unknown": ("host-library-unknown", "warn"),
+    }

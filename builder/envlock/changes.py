@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from envlock.loadable import LoadProblem, load_problems
 from envlock.lock.compare import ChangeKind, version_kind
+from envlock.lock.foreign import foreign_note
 from envlock.lock.model import Lock, Package
 from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.lockpair import LockPair, pair_from_locks
@@ -80,6 +81,12 @@ class LockDiff:
     unchanged: int
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """Which envlock facts a side lacks (a plain PEP 751 lock another tool wrote)."""
+        found = (foreign_note(self.a, self.a_label), foreign_note(self.b, self.b_label))
+        return tuple(note for note in found if note is not None)
+
+    @property
     def identical(self) -> bool:
         return not (self.changes or self.environment or self.load_only_a or self.load_only_b)
 
@@ -102,20 +109,40 @@ def _origin_key(pkg: Package, repointed: bool = False) -> tuple[object, ...]:
         pkg.native,
         scripts,
         pkg.source_tree,
+        pkg.artifacts,
+        pkg.marker,
     )
 
 
 def differs(before: Package, after: Package, repointed: bool = False) -> bool:
     """True when the bytes, version or origin differ (bookkeeping such as ``requested`` is ignored).
 
+    With a foreign lock on either side only what it holds counts: the version,
+    the artifacts and their hashes, the marker. Against an envlock lock, the
+    envlock side's one wheel must be among the foreign side's artifacts, same hash.
     ``repointed``: the packages come from locks for different venv paths.
     """
-    return _origin_key(before, repointed) != _origin_key(after, repointed)
+    if "foreign" not in (before.source, after.source):
+        return _origin_key(before, repointed) != _origin_key(after, repointed)
+    if before.version != after.version:
+        return True
+    if before.source == after.source:
+        return (all_artifacts(before), before.marker) != (all_artifacts(after), after.marker)
+    mine, theirs = (before, after) if after.source == "foreign" else (after, before)
+    return all_artifacts(theirs).get(mine.wheel.filename) != mine.wheel.sha256
 
 
 def artifact_change(before: Package, after: Package) -> str:
     """What changed about a package whose version did not."""
     b, a = before.wheel, after.wheel
+    if (before.source == "foreign") != (after.source == "foreign"):
+        mine, theirs = (before, after) if after.source == "foreign" else (after, before)
+        listed = all_artifacts(theirs).get(mine.wheel.filename)
+        if listed is None:
+            return f"{mine.wheel.filename} is not among the plain lock's artifacts"
+        return (
+            f"{mine.wheel.filename}: other hash in the plain lock ({listed[:12]} vs {mine.wheel.sha256[:12]})"
+        )
     if b.filename != a.filename:
         return f"other wheel: {b.filename} -> {a.filename}"
     if b.sha256 != a.sha256:
@@ -135,7 +162,24 @@ def artifact_change(before: Package, after: Package) -> str:
             return f"editable source tree moved: {b_path} -> {a_path}"
         b_sha, a_sha = ((t.sha256 if t else "")[:12] for t in (b_tree, a_tree))
         return f"editable source tree differs: archive sha256 {b_sha} -> {a_sha}"
+    if before.artifacts != after.artifacts:
+        return "other artifacts: " + _artifacts_change(before, after)
+    if before.marker != after.marker:
+        return f"marker {before.marker or '(none)'} -> {after.marker or '(none)'}"
     return "native facts differ"
+
+
+def all_artifacts(pkg: Package) -> dict[str, str]:
+    """File name -> hash of every artifact a package lists (one wheel for envlock's locks)."""
+    return {art.filename: art.sha256 for art in (pkg.wheel, *pkg.artifacts)}
+
+
+def _artifacts_change(before: Package, after: Package) -> str:
+    old, new = all_artifacts(before), all_artifacts(after)
+    parts = [f"+{name}" for name in sorted(new.keys() - old.keys())]
+    parts += [f"-{name}" for name in sorted(old.keys() - new.keys())]
+    parts += [f"~{name} (hash)" for name in sorted(old.keys() & new.keys()) if old[name] != new[name]]
+    return ", ".join(parts) or "same files, other urls or sizes"
 
 
 def _scripts_change(before: Mapping[str, str], after: Mapping[str, str]) -> str:
@@ -186,7 +230,8 @@ def diff_pair(pair: LockPair, a_label: str, b_label: str) -> LockDiff:
         a=a,
         b=b,
         changes=tuple(changes),
-        environment=environment_changes(a, b),
+        # A foreign lock has no environment facts: ``notes`` says so instead.
+        environment=environment_changes(a, b) if a.foreign is None and b.foreign is None else (),
         load_only_a=tuple(sorted(problems_a - problems_b)),
         load_only_b=tuple(sorted(problems_b - problems_a)),
         packages_a=len(pair.names_a),

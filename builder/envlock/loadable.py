@@ -4,7 +4,11 @@ Two reasons a library will not load that a lock can show without the host:
 
 - a ``DT_NEEDED`` entry that nothing provides: no library in the venv has
   that SONAME or file name, and it is not one the host's system or GPU
-  driver provides (a cu12 extension in a cu13 venv needs ``libcudart.so.12``);
+  driver provides (a cu12 extension in a cu13 venv needs ``libcudart.so.12``).
+  Whether the host has it is a fact capture records (``Lock.host_libraries``):
+  each such problem carries the host's answer, ``missing``, ``present``
+  (an sdist build linking the host's ``libyaml-0.so.2``) or ``unknown``
+  (a lock without the facts), and review rates it by that answer;
 - a ``GLIBC_`` symbol version newer than the host's glibc.
 
 Resolution is by name, across the whole venv, not by following
@@ -19,11 +23,11 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from envlock.binary.driver import driver_library
-from envlock.lock.model import Lock, NativeLib, Package
+from envlock.lock.model import HostLibraries, Lock, NativeLib, Package
 
 # What a manylinux wheel may link against (PEP 600 policies, as auditwheel
 # lists them) plus the loader: present on every glibc host.
@@ -93,6 +97,9 @@ def version_newer(needed: str, have: str) -> bool:
     return _version_key(needed) > _version_key(have)
 
 
+HostState = Literal["present", "missing", "unknown"]
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class LoadProblem:
     """One reason one library will not load."""
@@ -102,11 +109,21 @@ class LoadProblem:
     kind: Literal["needed", "glibc"]
     what: str  # the missing library, or "GLIBC_2.38"
     have: str = ""  # for glibc: the host's version
+    # For "needed": what the lock's host facts say about the library. Not part of
+    # the comparison: a lock without facts and a capture with them (apply's round
+    # trip) hold the same problems; only how serious they are differs.
+    host: HostState = field(default="unknown", compare=False)
+    found: str = field(default="", compare=False)  # where the host has it, when "present"
 
     def describe(self) -> str:
         label = library_label(self.library)
         if self.kind == "needed":
-            return f"{label}: needs {self.what}, which nothing in the venv provides"
+            head = f"{label}: needs {self.what}, which nothing in the venv provides"
+            if self.host == "present":
+                return f"{head}; the host has it: {self.found}"
+            if self.host == "missing":
+                return f"{head}, nor does the host"
+            return f"{head} (the lock does not say whether the host has it)"
         return f"{label}: needs {self.what}, newer than the host's glibc {self.have}"
 
 
@@ -118,12 +135,18 @@ def host_glibc(lock: Lock) -> str | None:
 
 
 def library_problems(
-    pkg: Package, lib: NativeLib, provided: set[str], glibc: str | None
+    pkg: Package, lib: NativeLib, provided: set[str], glibc: str | None, host: HostLibraries | None = None
 ) -> list[LoadProblem]:
     problems = []
     for needed in lib.needed:
         if needed not in provided and not is_host_library(needed):
-            problems.append(LoadProblem(package=pkg.name, library=lib.path, kind="needed", what=needed))
+            state = host.state(needed) if host is not None else "unknown"
+            found = host.found.get(needed, "") if host is not None else ""
+            problems.append(
+                LoadProblem(
+                    package=pkg.name, library=lib.path, kind="needed", what=needed, host=state, found=found
+                )
+            )
     wanted = lib.version_needs.get("GLIBC")
     if glibc and wanted and version_newer(str(wanted), glibc):
         problems.append(
@@ -139,5 +162,5 @@ def load_problems(lock: Lock) -> set[LoadProblem]:
     problems: set[LoadProblem] = set()
     for pkg in lock.packages:
         for lib in pkg.native:
-            problems.update(library_problems(pkg, lib, provided, glibc))
+            problems.update(library_problems(pkg, lib, provided, glibc, lock.host_libraries))
     return problems

@@ -6,7 +6,8 @@ a quarter to half a second per lock: too slow for ``envlock diff`` and
 byte, and envlock writes locks canonically: each package is one
 ``[[packages]]`` block, always serialised the same way. So the blocks are
 compared as text first, and only these are parsed (and validated, through
-the same ``parse_lock`` as everything else):
+the same ``parse_lock`` as everything else; a plain PEP 751 lock another
+tool wrote is read by ``lock.foreign``):
 
 - every package whose block differs, or that only one side has;
 - an identical package whose block names a library that a differing
@@ -36,7 +37,7 @@ from typing import Any
 
 from envlock.errors import LockError
 from envlock.loadable import is_host_library
-from envlock.lock.io import parse_lock
+from envlock.lock.foreign import parse_any_lock
 from envlock.lock.model import Lock
 
 _BLOCK = "[[packages]]"
@@ -116,7 +117,7 @@ def _tables(lock_text: LockText, names: Iterable[str]) -> list[dict[str, Any]]:
 def _subset(lock_text: LockText, head: dict[str, Any], tables: list[dict[str, Any]]) -> Lock:
     """The lock with only these package tables, validated like a whole lock."""
     document = {**head, "packages": sorted(tables, key=lambda t: str(t.get("name")))}
-    return parse_lock(document, lock_text.source)
+    return parse_any_lock(document, lock_text.source)
 
 
 def parse_whole(lock_text: LockText) -> Lock:
@@ -124,7 +125,7 @@ def parse_whole(lock_text: LockText) -> Lock:
         document = tomllib.loads(lock_text.text)
     except tomllib.TOMLDecodeError as exc:
         raise LockError(f"{lock_text.source}: not valid TOML: {exc}") from exc
-    return parse_lock(document, lock_text.source)
+    return parse_any_lock(document, lock_text.source)
 
 
 def pair_from_locks(a: Lock, b: Lock) -> LockPair:

@@ -33,7 +33,7 @@ from envlock.lock.model import Lock
 from envlock.reporter import Reporter
 from envlock.smokereport import SmokeResult, build_result, host_has_gpu, lock_modules
 from envlock.transport import Transport, open_transport, run_agent
-from envlock.workspace import Workspace
+from envlock.workspace import Workspace, lock_name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +78,7 @@ def smoke_host(
         lock_shown = workspace.shown(lock_path)
         lock = read_lock(lock_path, shown=lock_shown)
     elif lock is not None:
-        lock_shown = f"pylock.{lock.host}.toml"
+        lock_shown = f"pylock.{lock_name(lock.host)}.toml"
     has_gpu = host_has_gpu(profile, lock)
     args = ["smoke", "--venv", venv or profile.venv, "--from-venv", f"--timeout={options.timeout:g}"]
     args += [f"--jobs={options.jobs}"] if options.jobs else []

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from envlock.errors import EnvlockError, LockError
 
@@ -72,10 +73,29 @@ class Workspace:
         return f"{self.hosts_dir}: no such directory (is --root {self.root} the workspace?)"
 
     def lock_path(self, host: str) -> Path:
-        return self.locks_dir / f"pylock.{host}.toml"
+        """The host's lock to read: ``pylock.<lock_name(host)>.toml``, or the name older
+        envlocks wrote (the raw host name) when only that exists."""
+        new = self.locks_dir / f"pylock.{lock_name(host)}.toml"
+        old = self.locks_dir / f"pylock.{host}.toml"
+        return old if old != new and not new.exists() and old.exists() else new
 
     def manifest_path(self, host: str) -> Path:
-        return self.locks_dir / f"pylock.{host}.files.tsv"
+        """The manifest beside ``lock_path(host)`` (same name, ``.files.tsv``)."""
+        lock = self.lock_path(host)
+        return lock.with_name(lock.name.removesuffix(".toml") + ".files.tsv")
+
+    def _written_paths(self, host: str) -> tuple[Path, Path]:
+        """Where a lock is written: always the PEP 751 name."""
+        name = lock_name(host)
+        return self.locks_dir / f"pylock.{name}.toml", self.locks_dir / f"pylock.{name}.files.tsv"
+
+    def legacy_lock_files(self, host: str) -> list[Path]:
+        """The files under the names older envlocks wrote (``pylock.gpu01.lab.toml``) that exist;
+        the next write removes them, so an unchanged-lock memo must not skip that write."""
+        if lock_name(host) == host:
+            return []
+        old = (self.locks_dir / f"pylock.{host}.toml", self.locks_dir / f"pylock.{host}.files.tsv")
+        return [path for path in old if path.exists()]
 
     def profile_path(self, host: str) -> Path:
         return self.hosts_dir / f"{host}.toml"
@@ -114,9 +134,10 @@ class Workspace:
         """Would writing ``lock`` and ``manifest`` change nothing on disk?"""
         from envlock.lock.io import render_lock
 
-        path, manifest_path = self.lock_path(host), self.manifest_path(host)
+        path, manifest_path = self._written_paths(host)
         return (
-            path.is_file()
+            not self.legacy_lock_files(host)
+            and path.is_file()
             and manifest_path.is_file()
             and path.read_bytes() == render_lock(lock)
             and manifest_path.read_bytes() == manifest
@@ -128,8 +149,27 @@ class Workspace:
 
         if self.lock_is_current(host, lock, manifest):
             return False
-        write_lock(lock, self.lock_path(host), self.manifest_path(host), manifest)
+        write_lock(lock, *self._written_paths(host), manifest)
+        for old in self.legacy_lock_files(host):  # renamed: one lock per host, under the PEP 751 name
+            old.unlink(missing_ok=True)
         return True
+
+
+# PEP 751: a lock file is ``pylock.toml`` or ``pylock.<name>.toml`` where the
+# name holds no dot. Host names may (``gpu01.lab``), so every character
+# outside [A-Za-z0-9_-] is percent-encoded (UTF-8): ``gpu01%2Elab``. The
+# mapping is reversible (``host_of_lock_name``) and ``%`` is never in a host name.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def lock_name(host: str) -> str:
+    """The name part of ``pylock.<name>.toml`` for a host: ``gpu01.lab`` -> ``gpu01%2Elab``."""
+    return "".join(ch if ch in _PLAIN else "".join(f"%{b:02X}" for b in ch.encode()) for ch in host)
+
+
+def host_of_lock_name(name: str) -> str:
+    """``lock_name`` reversed: ``gpu01%2Elab`` -> ``gpu01.lab``."""
+    return unquote(name, errors="strict")
 
 
 def find_root(start: Path) -> Path | None:

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from envlock.lock.io import render_lock  # noqa: E402
-from envlock.lock.model import Lock, Package  # noqa: E402
+from envlock.lock.model import HostLibraries, Lock, Package  # noqa: E402
 from envlock.review import LockVersions, ReviewOptions, review_versions  # noqa: E402
 from envlock.review.jsonout import render_json  # noqa: E402
 from envlock.review.markdown import render_markdown  # noqa: E402
@@ -94,7 +94,10 @@ def native_needed_unresolved() -> Case:
     shared = [*_common(), pkg("sgl-kernel", "0.3.9", native=[ops])]
     base = [*shared, pkg("nvidia-cuda-runtime-cu12", "12.8.90", native=[cu12])]
     head = [*shared, pkg("nvidia-cuda-runtime", "13.0.96", native=[cu13])]
-    return make_lock("ct200", base, cc=["12.0"]), None, make_lock("ct200", head, cc=["12.0"]), None
+    # ct200's capture says its loader finds no libcudart.so.12 (without that fact: a warning).
+    facts = HostLibraries(missing=("libcudart.so.12",))
+    head_lock = make_lock("ct200", head, cc=["12.0"], host_libraries=facts)
+    return make_lock("ct200", base, cc=["12.0"]), None, head_lock, None
 
 
 def native_glibc_too_new() -> Case:

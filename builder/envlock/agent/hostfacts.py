@@ -10,7 +10,7 @@ import sys
 import sysconfig
 from configparser import ConfigParser
 from configparser import Error as ConfigError
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from envlock.agent.protocol import GpuFacts, InterpreterFacts, PipConfig, PlatformFacts
 
@@ -146,3 +146,70 @@ def gpu_facts() -> Optional[List[GpuFacts]]:
         if len(parts) == 3:
             gpus.append({"name": parts[0], "cc": parts[1], "driver": parts[2]})
     return gpus
+
+
+def _elf_kind(path: str) -> Optional[bytes]:
+    """ELF class, byte order and machine of a file (what ld.so matches on), or None."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    return head[4:6] + head[18:20]
+
+
+def _ld_cache() -> Dict[str, List[str]]:
+    """``ldconfig -p``: each name with the paths the loader's cache holds for it, in cache order."""
+    ldconfig = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.isfile(p)), None
+    )
+    if ldconfig is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [ldconfig, "-p"], capture_output=True, text=True, errors="replace", timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    cache: Dict[str, List[str]] = {}
+    for line in out.splitlines()[1:]:  # the first line counts the entries
+        name, arrow, path = line.strip().partition(" => ")
+        if arrow:
+            cache.setdefault(name.split(" (", 1)[0], []).append(path.strip())
+    return cache
+
+
+def host_libraries(native: Dict[str, Dict[str, Any]]) -> Dict[str, Optional[str]]:
+    """Where the host's loader finds each DT_NEEDED name that no library of the venv provides.
+
+    ``native`` maps a venv path to its ELF facts (``needed``, ``soname``). A
+    name is looked up as ld.so does once a library's own RPATH/RUNPATH gave
+    nothing: the ld.so cache (``ldconfig -p``), then the system directories
+    (``binary.loader.system_library_dirs``); a file of another ELF class or
+    machine than this interpreter is skipped, as ld.so skips it. The answer
+    is the path found, or None: review blocks only on a None (docs/review.md).
+    """
+    from envlock.binary.loader import system_library_dirs
+
+    provided: Set[str] = set()
+    wanted: Set[str] = set()
+    for rel, facts in native.items():
+        provided.add(rel.rsplit("/", 1)[-1])
+        if facts.get("soname"):
+            provided.add(facts["soname"])
+        wanted.update(n for n in facts.get("needed") or () if "/" not in n)
+    names = sorted(wanted - provided)
+    if not names:
+        return {}
+    own = _elf_kind(os.path.realpath(sys.executable))
+    cache = _ld_cache()
+    dirs = system_library_dirs()
+    found: Dict[str, Optional[str]] = {}
+    for name in names:
+        candidates = cache.get(name, []) + [os.path.join(d, name) for d in dirs]
+        found[name] = next(
+            (p for p in candidates if os.path.isfile(p) and (own is None or _elf_kind(p) == own)), None
+        )
+    return found

@@ -141,6 +141,9 @@ class Inventory(_InventoryRequired, total=False):
     """The snapshot's second line: every file hashed, every library read."""
 
     bytecode: List[BytecodeRow]  # with ``snapshot --bytecode`` only
+    # Where the host's loader finds each DT_NEEDED name no library of the venv
+    # provides (None: not found); read by review (docs/lock-format.md).
+    host_libraries: Dict[str, Optional[str]]
 
 
 class HashStats(TypedDict):

@@ -17,6 +17,7 @@ from envlock.agent.dists import DistError, find_dist_infos, find_egg_infos, read
 from envlock.agent.hashing import CacheEntry, StatCache, hash_files
 from envlock.agent.hostfacts import (
     gpu_facts,
+    host_libraries,
     interpreter_facts,
     pip_index_config,
     platform_facts,
@@ -159,6 +160,7 @@ def inventory(
         "files": file_rows,
         "links": sorted((rel, target) for rel, target in links.items()),
         "native": native,
+        "host_libraries": host_libraries(native) if read_elf else {},
         "bin_normalized": normalized,
         "bin_files": scripts,
     }

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from envlock.agent.protocol import DistFacts, VenvDescription
+from envlock.agent.protocol import DistFacts, Inventory, VenvDescription
 from envlock.capture.agentcall import Snapshot
 from envlock.capture.files import (
     DistFiles,
@@ -22,12 +22,14 @@ from envlock.capture.origins import Origin, index_config
 from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile
+from envlock.loadable import provided_names
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import (
     FileEntry,
     GpuDevice,
     HostGpu,
+    HostLibraries,
     Interpreter,
     Lock,
     Package,
@@ -153,6 +155,7 @@ def build_lock(
         manifest_files=len(manifest_rows),
         gpu=gpu_facts(described, profile),
         unowned=tuple(unowned),
+        host_libraries=host_library_facts(inventory, packages),
     )
     extra_rows = scaffold_rows(snapshot.files, owners)
     manifest = render_manifest(manifest_rows + extra_rows)
@@ -162,12 +165,13 @@ def build_lock(
         manifest_sha256=manifest_sha256(manifest),
         manifest_files=manifest.count(b"\n") - 1,
     )
-    lock_path = workspace.lock_path(host)
-    manifest_path = workspace.manifest_path(host)
     if options.write:
         changed = workspace.write_lock_if_changed(host, lock, manifest)
     else:
         changed = not workspace.lock_is_current(host, lock, manifest)
+    # After the write: a lock under an old name (pylock.gpu01.lab.toml) has just been renamed.
+    lock_path = workspace.lock_path(host)
+    manifest_path = workspace.manifest_path(host)
     rows = tuple(manifest_rows) + tuple(extra_rows)
     return CaptureResult(
         lock=lock,
@@ -191,6 +195,19 @@ def _pack_editable_source(
     step(f"pack the source of editable {dist['name']} ({path})")
     data = run_agent(transport, venv, ["pack-source", "--dir", path])
     return SourceTree(path=path, sha256=store.put_blob(data), size=len(data))
+
+
+def host_library_facts(inventory: Inventory, packages: Iterable[Package]) -> HostLibraries | None:
+    """The agent's search on the host for the DT_NEEDED names no locked package ships
+    (None when there is none: a lock of pure-Python or self-contained wheels says nothing)."""
+    shipped = provided_names(packages)
+    searched = {k: v for k, v in inventory.get("host_libraries", {}).items() if k not in shipped}
+    if not searched:
+        return None
+    return HostLibraries(
+        found={name: path for name, path in searched.items() if path},
+        missing=tuple(sorted(name for name, path in searched.items() if not path)),
+    )
 
 
 def gpu_facts(described: VenvDescription, profile: HostProfile) -> HostGpu | None:

@@ -54,6 +54,8 @@ class UnchangedMemo:
             return None
         if memo.get("key") != self.key or memo.get("files") != self._files_digest():
             return None
+        if self.workspace.legacy_lock_files(self.profile.name):
+            return None  # written under an old name: write it again under the PEP 751 one
         from envlock.lock.io import read_lock
 
         lock = read_lock(self.workspace.lock_path(self.profile.name))

@@ -60,6 +60,8 @@ def _problem_json(problem: LoadProblem, side: str) -> dict[str, Any]:
         "library": problem.library,
         "problem": problem.kind,
         "needs": problem.what,
+        # needed: does the host's loader find it (the lock's host-libraries facts)?
+        **({"host": problem.host} if problem.kind == "needed" else {}),
         "detail": problem.describe(),
     }
 
@@ -79,6 +81,7 @@ def result_json(result: LockDiff) -> dict[str, Any]:
         "environment": [{"what": e.what, "from": e.before, "to": e.after} for e in result.environment],
         "native": [_problem_json(p, result.a_label) for p in result.load_only_a]
         + [_problem_json(p, result.b_label) for p in result.load_only_b],
+        "notes": list(result.notes),
     }
 
 
@@ -87,8 +90,9 @@ _KINDS = ("upgrade", "downgrade", "added", "removed", "artifact")
 
 def render_text(result: LockDiff) -> str:
     a, b = result.a_label, result.b_label
+    notes = [f"note: {note}" for note in result.notes]
     if result.identical:
-        return f"{a} and {b}: identical ({plural(result.packages_a, 'package')})"
+        return "\n".join([f"{a} and {b}: identical ({plural(result.packages_a, 'package')})", *notes])
     counts = {kind: sum(1 for c in result.changes if c.kind == kind) for kind in _KINDS}
     names = {
         "upgrade": ("upgrade", "upgrades"),
@@ -112,4 +116,4 @@ def render_text(result: LockDiff) -> str:
     if result.environment:
         lines.append("environment:")
         lines += [f"  {change.describe()}" for change in result.environment]
-    return "\n".join(lines)
+    return "\n".join(lines + notes)

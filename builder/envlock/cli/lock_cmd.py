@@ -11,7 +11,7 @@ from envlock.render import envelope, plural, table
 
 if TYPE_CHECKING:
     from envlock.resolve import LockResult
-from envlock.workspace import open_workspace
+from envlock.workspace import lock_name, open_workspace
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -98,7 +98,7 @@ def render_text(result: LockResult, check: bool) -> str:
     lines.append(
         f"{plural(len(lock.packages), 'package')}: {kept} keep the reference's bytes, {len(changed)} differ"
     )
-    path = f"locks/pylock.{lock.host}.toml"
+    path = f"locks/pylock.{lock_name(lock.host)}.toml"
     if check:
         lines.append(f"{path}: {'stale' if result.stale else 'up to date'}")
     else:

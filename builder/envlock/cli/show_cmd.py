@@ -18,7 +18,7 @@ from typing import Any
 
 from envlock.cli.commands import summary
 from envlock.errors import EnvlockError, ExitCode
-from envlock.lock.io import read_lock
+from envlock.lock.foreign import foreign_note, read_any_lock
 from envlock.lock.model import Lock, Package
 from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.render import envelope, human_size, table
@@ -51,11 +51,18 @@ def _package_line(pkg: Package) -> str:
     parts = [f"{pkg.name}=={pkg.version}", source, pkg.wheel.filename, f"sha256:{pkg.wheel.sha256}", *extra]
     if where and pkg.source != "repacked":
         parts.append(f"from {where}")
+    if pkg.artifacts:
+        parts.append(f"+{len(pkg.artifacts)} artifact(s)")
+    if pkg.marker:
+        parts.append(f"; {pkg.marker}")
     return "  ".join(parts)
 
 
 def header(lock: Lock) -> list[str]:
     """Comment lines with the host facts a package line does not show."""
+    note = foreign_note(lock, lock.host)
+    if note is not None:
+        return [f"# {note}"]
     return [
         f"# host {lock.host} ({lock.role}), python {lock.interpreter.version} "
         f"{lock.interpreter.abi}, {platform_summary(lock)}",
@@ -86,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     path, shown = _lock_path(args.root, args.lock)
     if args.textconv:
         try:
-            sys.stdout.write(textconv(read_lock(path, shown=shown)))
+            sys.stdout.write(textconv(read_any_lock(path, shown=shown)))
         except EnvlockError as exc:
             # git shows whatever textconv prints: never leave it with nothing.
             sys.stdout.write(f"# envlock show --textconv: {exc}; the raw file follows\n")
@@ -94,11 +101,12 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 sys.stdout.buffer.write(path.read_bytes())
         return int(ExitCode.OK)
-    lock = read_lock(path, shown=shown)
+    lock = read_any_lock(path, shown=shown)
     if args.format == "json":
         payload = {
             "lock": shown,
             "host": lock.host,
+            "notes": [note] if (note := foreign_note(lock, shown)) else [],
             "packages": [
                 {
                     "name": p.name,

@@ -30,6 +30,7 @@ from envlock.lock.model import (
     CudaImages,
     GpuDevice,
     HostGpu,
+    HostLibraries,
     Interpreter,
     Lock,
     NativeLib,
@@ -196,6 +197,11 @@ def lock_to_dict(lock: Lock) -> dict[str, Any]:
         tool["gpu"] = _gpu_table(lock.gpu)
     if lock.unowned:
         tool["unowned"] = list(lock.unowned)
+    if lock.host_libraries is not None:
+        libs = lock.host_libraries
+        # "missing" is always written: the table's presence says "these facts are known".
+        found = {"found": dict(sorted(libs.found.items()))} if libs.found else {}
+        tool["host-libraries"] = {**found, "missing": sorted(libs.missing)}
     machine = lock.platform.machine
     return {
         "lock-version": "1.0",
@@ -479,6 +485,18 @@ def _gpu(r: _Reader, tool: Mapping[str, Any], w: str) -> HostGpu | None:
     raise r.fail(f"{wg}source", f"expected nvidia-smi or profile, got {source!r}")
 
 
+def _host_libraries(r: _Reader, tool: Mapping[str, Any], w: str) -> HostLibraries | None:
+    table = r.get(tool, "host-libraries", dict, w, required=False)
+    if table is None:
+        return None
+    wh = f"{w}host-libraries."
+    found = r.get(table, "found", dict, wh, required=False) or {}
+    for name, path in found.items():
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise r.fail(f"{wh}found.{name}", f"expected an absolute path, got {path!r}")
+    return HostLibraries(found=dict(found), missing=r.strings(table, "missing", wh))
+
+
 def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
     """Validate a parsed TOML document as PEP 751 and as an envlock lock."""
     r = _Reader(source)
@@ -515,6 +533,7 @@ def parse_lock(document: Mapping[str, Any], source: str) -> Lock:
         gpu=_gpu(r, tool, w),
         unowned=r.strings(tool, "unowned", w),
         reference=r.get(tool, "reference", str, w, required=False),
+        host_libraries=_host_libraries(r, tool, w),
         packages=tuple(_package(r, pkg, i) for i, pkg in enumerate(document["packages"])),
         format_version=fmt,
     )

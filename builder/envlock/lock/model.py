@@ -22,7 +22,9 @@ DIGEST_RULES = "envlock-payload-2"
 # index: a wheel on an index; direct: a wheel URL from direct_url.json;
 # repacked: built by envlock from a host's live files; store: a wheel someone
 # put in the artifact store (a build for the target's GPU, say), found by the resolver.
-Source = Literal["index", "direct", "repacked", "store"]
+# foreign: a package of a PEP 751 lock another tool wrote (``lock/foreign.py``);
+# never in a lock envlock writes or applies.
+Source = Literal["index", "direct", "repacked", "store", "foreign"]
 SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store")
 
 
@@ -101,6 +103,9 @@ class Package:
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
     source_tree: SourceTree | None = None  # editable installs
     native: tuple[NativeLib, ...] = ()
+    # Foreign locks only: every other artifact listed (more wheels, the sdist) and the marker.
+    artifacts: tuple[Artifact, ...] = ()
+    marker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +176,25 @@ class HostGpu:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostLibraries:
+    """Where the host's loader finds the ``DT_NEEDED`` names no locked package ships.
+
+    Searched by the agent on the host at capture (the ld.so cache, then the
+    system directories, as ld.so does): ``found`` maps a name to the path it
+    resolved to, ``missing`` lists the names found nowhere. Review reads
+    these; apply does not act on them (docs/lock-format.md).
+    """
+
+    found: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+    def state(self, name: str) -> Literal["present", "missing", "unknown"]:
+        if name in self.found:
+            return "present"
+        return "missing" if name in self.missing else "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Lock:
     host: str
     role: Literal["reference", "target"]
@@ -188,6 +212,9 @@ class Lock:
     gpu: HostGpu | None = None
     unowned: tuple[str, ...] = ()
     reference: str | None = None  # for a target lock: the host it was resolved from
+    host_libraries: HostLibraries | None = None  # captured locks only: None means "not known"
+    # A plain PEP 751 lock another tool wrote: its ``created-by``; None for envlock's own.
+    foreign: str | None = None
     format_version: int = FORMAT_VERSION
     digest_rules: str = DIGEST_RULES
 

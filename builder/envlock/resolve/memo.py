@@ -58,6 +58,8 @@ class LockMemo:
             return None
         if memo.get("key") != self.key or memo.get("written") != self._written():
             return None
+        if self.workspace.legacy_lock_files(self.host):
+            return None  # written under an old name: write it again under the PEP 751 one
         deviations: dict[str, str] = memo["deviations"]
         return deviations
 

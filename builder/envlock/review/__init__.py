@@ -16,6 +16,7 @@ from pathlib import Path
 from envlock.changes import diff_pair
 from envlock.errors import LockError
 from envlock.lock.digest import digest_problem
+from envlock.lock.foreign import foreign_note
 from envlock.lock.io import LOCK_LIMIT
 from envlock.lock.manifest import MANIFEST_LIMIT, manifest_sha256, parse_manifest
 from envlock.lock.model import FileEntry, Lock
@@ -91,9 +92,15 @@ def review_texts(versions: LockVersions, yanked: YankedCheck | None, notes: list
         pair = pair_from_locks(base, _empty_like(base))
     else:
         raise LockError(f"{path}: absent at both revisions")
+    for lock, shown in ((pair.a, base_src), (pair.b, head_src)):
+        note = foreign_note(lock, shown)
+        if note is not None and (status == "changed" or lock.packages):
+            notes.append(note)
     manifests = _manifests(versions, pair, notes) if status == "changed" else None
     diff = diff_pair(pair, versions.base_label, versions.head_label)
-    tampered = _head_digest_problem(versions, head_src, pair) if versions.head is not None else None
+    # A foreign lock has no digest to check: foreign_note says so.
+    checked = versions.head is not None and pair.b.foreign is None
+    tampered = _head_digest_problem(versions, head_src, pair) if checked else None
     return review_diff(path, status, diff, manifests=manifests, yanked=yanked, tampered=tampered)
 
 

@@ -5,7 +5,8 @@
 | the lock's digest does not cover what it says (edited by hand) | digest-mismatch | block |
 | same version, same file name, other sha256 (index or direct wheel) | same-name-different-bytes | block |
 | no image left for a host compute capability | gpu-arch-lost | block |
-| a library that will not load (NEEDED nothing provides, glibc too new) | native-unloadable | block |
+| won't load: a NEEDED no package ships that the host lacks; glibc too new | native-unloadable | block |
+| a NEEDED no package ships, on a lock without host facts | host-library-unknown | warn |
 | locally built or modified package added or changed | local-build | warn |
 | local version label changed (+cu126 -> +cu128) | local-version-label | warn |
 | downgrade | downgrade | warn |
@@ -14,6 +15,7 @@
 | yanked on its index | yanked | warn |
 | index URL changed | index-changed | warn |
 | upgrade / added / removed / other same-version change | upgrade, added, removed, artifact | info |
+| a NEEDED no package ships that the host has (an sdist build linking libyaml) | host-library | info |
 | Python, ABI, platform or GPU of the lock changed | environment | info |
 
 Two sources of the same file name are not suspicious when one is a
@@ -28,13 +30,13 @@ from collections.abc import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from envlock.changes import LockDiff, PackageChange, artifact_change
+from envlock.changes import LockDiff, PackageChange, all_artifacts, artifact_change
 from envlock.loadable import LoadProblem, is_host_library, library_label
 from envlock.lock.compare import compare_rows
 from envlock.lock.model import FileEntry, Lock, NativeLib
 from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.review.gpu import arches_dropped, coverage_lost, device_code
-from envlock.review.model import RANK, Change, Finding, HostFacts, LockReview, LockStatus
+from envlock.review.model import RANK, Change, Finding, HostFacts, LockReview, LockStatus, Severity
 from envlock.review.yanked import YankedCheck
 
 FILE_LINES = 200  # per package, before the rest is counted
@@ -58,19 +60,20 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     before, after = change.before, change.after
     found: list[Finding] = []
     if before is not None and after is not None and change.kind == "artifact":
-        same_name = before.wheel.filename == after.wheel.filename
         local = ("repacked", "store")  # envlock or the user built these: the file name is not an index's
         pinned = before.source not in local and after.source not in local
-        if same_name and pinned and before.wheel.sha256 != after.wheel.sha256:
-            found.append(
-                Finding(
-                    "same-name-different-bytes",
-                    "block",
-                    f"{after.wheel.filename}: sha256 {before.wheel.sha256[:16]}… at base, "
-                    f"{after.wheel.sha256[:16]}… at head; an index never serves two files under one name "
-                    "(rebuilt or tampered artifact)",
+        was, now = all_artifacts(before), all_artifacts(after)  # a foreign lock lists several
+        for name in sorted(was.keys() & now.keys()):
+            if pinned and was[name] and now[name] and was[name] != now[name]:
+                found.append(
+                    Finding(
+                        "same-name-different-bytes",
+                        "block",
+                        f"{name}: sha256 {was[name][:16]}… at base, "
+                        f"{now[name][:16]}… at head; an index never serves two files under one name "
+                        "(rebuilt or tampered artifact)",
+                    )
                 )
-            )
     if before is not None and after is not None:
         found += _native_change_findings(before.native, after.native, ccs)
     if after is not None and after.native and before is None:
@@ -150,13 +153,24 @@ def _native_change_findings(
     return found
 
 
+# A library no package ships is rated by what the lock's host facts say about it:
+# only a library the host's loader does not find blocks (issue 14).
+_HOST_LIBRARY_FINDING: dict[str, tuple[str, Severity]] = {
+    "missing": ("native-unloadable", "block"),
+    "unknown": ("host-library-unknown", "warn"),
+    "present": ("host-library", "info"),
+}
+
+
 def load_finding(problem: LoadProblem, unchanged: bool) -> Finding:
     detail = problem.describe()
+    code: str = "native-unloadable"
+    severity: Severity = "block"
+    if problem.kind == "needed":
+        code, severity = _HOST_LIBRARY_FINDING[problem.host]
     if unchanged:
-        return Finding(
-            "native-unloadable", "block", detail + " (the package itself did not change)", problem.package
-        )
-    return Finding("native-unloadable", "block", detail)
+        return Finding(code, severity, detail + " (the package itself did not change)", problem.package)
+    return Finding(code, severity, detail)
 
 
 def file_lines(package: str, base: Sequence[FileEntry], head: Sequence[FileEntry]) -> tuple[str, ...]:
