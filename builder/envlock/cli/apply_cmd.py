@@ -133,14 +133,14 @@ def _drift_json(drift: VerifyResult) -> dict[str, Any]:
     return {"dists": dists, "files": files}
 
 
-def render_drift(drift: VerifyResult) -> list[str]:
-    """Verify's findings, one line each (as ``envlock verify`` prints them)."""
+def render_drift(drift: VerifyResult, shown: int | None = DRIFT_SHOWN) -> list[str]:
+    """Verify's findings, one line each (as ``envlock verify`` prints them); ``shown=None``: all."""
     lines = [f"{d.state:<8} {d.name:<20} locked {d.locked or '-'}, live {d.live or '-'}" for d in drift.dists]
-    for f in drift.files[:DRIFT_SHOWN]:
+    for f in drift.files[:shown]:
         mark = f.flags if f.state == "changed" else f.state
         lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
-    if len(drift.files) > DRIFT_SHOWN:
-        lines.append(f"… and {len(drift.files) - DRIFT_SHOWN} more (envlock verify lists them)")
+    if shown is not None and len(drift.files) > shown:
+        lines.append(f"… and {len(drift.files) - shown} more (envlock verify lists them)")
     return lines
 
 
@@ -155,9 +155,22 @@ def render_text(result: ApplyResult) -> str:
     same = len(result.changes) - len(moved)
     lines.append(f"plan: {len(moved)} package(s) change, {same} rebuilt at the same version")
     if result.bytecode:
-        lines.append(f"damaged bytecode in {result.venv} ({len(result.bytecode)} file(s)), rebuilt:")
-        lines += [f"  {path}: {why}" for path, why in result.bytecode[:DRIFT_SHOWN]]
-    if result.drift is not None:
+        done = "apply would rebuild them" if result.dry_run else "rebuilt"
+        lines.append(f"damaged bytecode in {result.venv} ({len(result.bytecode)} file(s)), {done}:")
+        listed = result.bytecode if result.dry_run else result.bytecode[:DRIFT_SHOWN]
+        lines += [f"  {path}: {why}" for path, why in listed]
+    if result.drift is not None and result.dry_run:
+        # The plan's point: every file the apply would put back, none elided.
+        count = len(result.drift.files) + len(result.drift.dists)
+        lines.append(
+            f"files apply would repair in {result.venv} (hand edits since it matched its lock, {count}):"
+        )
+        lines += ["  " + line for line in render_drift(result.drift, shown=None)]
+        lines.append(
+            "a real apply refuses to discard them without --discard-drift "
+            "(with it, the swap keeps the edits in the rollback copy)"
+        )
+    elif result.drift is not None:
         lines.append(f"hand edits in {result.venv} since it matched its lock (verify's findings):")
         lines += ["  " + line for line in render_drift(result.drift)]
         if result.drift_refused:
