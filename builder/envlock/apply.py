@@ -441,7 +441,13 @@ def _as_stdin(data: bytes) -> Any:
     return handle
 
 
-def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
+def rollback(workspace: Workspace, host: str, *, again: bool = False) -> dict[str, Any]:
+    """Swap the previous venv back in; ``again``: also when the last change was a rollback.
+
+    The agent's report: ``venv``, ``restored_from``, and ``restored`` /
+    ``replaced`` (``{"digest", "at"}`` of the lock each venv was applied
+    from, None when envlock does not know it), ``again``.
+    """
     profile = load_profile(workspace, host)
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
@@ -452,6 +458,11 @@ def rollback(workspace: Workspace, host: str) -> dict[str, Any]:
         python = base_python(profile, read_lock(lock_path))
     with open_transport(profile) as transport:
         report: dict[str, Any] = json.loads(
-            run_agent(transport, profile.venv, ["rollback", "--venv", profile.venv], python=python)
+            run_agent(
+                transport,
+                profile.venv,
+                ["rollback", "--venv", profile.venv, *(["--again"] if again else [])],
+                python=python,
+            )
         )
     return report

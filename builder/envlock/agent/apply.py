@@ -147,7 +147,7 @@ def apply_status(venv: str) -> Dict[str, Any]:
 # ------------------------------------------------------------------ rollback
 
 
-def rollback(venv: str) -> Dict[str, Any]:
+def rollback(venv: str, again: bool = False) -> Dict[str, Any]:
     refused = path_refusal(venv)
     if refused is not None:
         raise ApplyError(refused)
@@ -162,7 +162,7 @@ def rollback(venv: str) -> Dict[str, Any]:
         from envlock.agent.swap import rollback as swap_back
 
         try:
-            report = swap_back(state)
+            report = swap_back(state, again=again)
         except SwapError as exc:
             raise ApplyError(str(exc)) from exc
         report["recovered"] = recovered

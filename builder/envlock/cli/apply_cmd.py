@@ -60,6 +60,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "apply replaced (finishing or undoing an interrupted apply first).",
     )
     r.add_argument("host")
+    r.add_argument(
+        "--again",
+        action="store_true",
+        help="roll back although the last change was a rollback (swaps the rolled-back venv back in)",
+    )
     r.set_defaults(run=run_rollback)
 
 
@@ -220,11 +225,20 @@ def run_rollback(args: argparse.Namespace) -> int:
     from envlock.apply import rollback  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    report = rollback(workspace, args.host)
+    report = rollback(workspace, args.host, again=args.again)
     if args.format == "json":
         print(envelope("rollback", True, {"result": report}))
     else:
         if report.get("recovered"):
             print(f"note: {report['recovered']}")
         print(f"{args.host}: {report['venv']} restored from {report['restored_from']}")
+        print(f"  now live:      {_slot_text(report.get('restored'))}")
+        print(f"  rollback copy: {_slot_text(report.get('replaced'))}")
+        print(f"  `envlock rollback {args.host} --again` swaps them back")
     return int(ExitCode.OK)
+
+
+def _slot_text(slot: dict[str, Any] | None) -> str:
+    if not slot or not slot.get("digest"):
+        return "a venv envlock has no lock for"
+    return f"lock {str(slot['digest'])[:19]}, applied {slot.get('at') or 'at an unknown time'}"
