@@ -116,3 +116,28 @@ def test_a_profile_check_is_never_expected(ordinary: Path) -> None:
     checks = [r for r in result["results"] if r["check"]]
     assert [(r["status"], r["expected"]) for r in checks] == [("failed", None)]
     assert code == 1
+
+
+def test_a_missing_name_caused_by_an_earlier_import_is_retried_alone(tmp_path: Path) -> None:
+    """One module deletes a name another imports (as an import hook can): after it, in the same
+    worker, the import fails; alone it works. That is an order effect, not a real failure."""
+    wheel = make_wheel(
+        tmp_path / "wheels",
+        "patchy",
+        "1.0",
+        {
+            "patchy/__init__.py": b"",
+            "patchy/lib.py": b"thing = 1\n",
+            "patchy/a_patch.py": b"import patchy.lib\ndel patchy.lib.thing\n",
+            "patchy/z_use.py": b"from patchy.lib import thing\n",
+        },
+    )
+    venv = make_venv(tmp_path / "venv")
+    uv_install(venv, str(wheel))
+    root = tmp_path / "fleet"
+    write_profile(root, "one", venv, None)
+    code, result = _smoke(root, "one", "--jobs", "1")
+    z_use = next(r for r in result["results"] if r["target"] == "patchy.z_use")
+    assert z_use["status"] == "ok", z_use
+    assert "failed after other imports" in z_use["order_dependent"], z_use
+    assert code == 0
