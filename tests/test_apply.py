@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,28 @@ def test_apply_over_existing_venv_keeps_previous_and_rolls_back(tmp_path: Path, 
     assert result["host_report"]["previous"] == f"{target}.envlock/previous"
     assert "alpha" in _dists(target)
     assert _dists(Path(f"{target}.envlock/previous")) == {"idna"}
+    lock_digest = tomllib.loads((root / "locks" / "pylock.ct200.toml").read_text())["tool"]["envlock"][
+        "digest"
+    ]
     proc = run_envlock(root, "rollback", "ct200")
     assert proc.returncode == 0, proc.stderr
     assert _dists(target) == {"idna"}
     assert "alpha" in _dists(Path(f"{target}.envlock/previous"))
+    # It says what it swapped: the uv-made venv (no lock) is live, the applied lock's venv is the copy.
+    assert "  now live:      a venv envlock has no lock for\n" in proc.stdout, proc.stdout
+    assert f"  rollback copy: lock {lock_digest[:19]}, applied 20" in proc.stdout, proc.stdout
+    # Running it twice by mistake does not silently undo it.
+    twice = run_envlock(root, "rollback", "ct200")
+    assert twice.returncode == 2, twice.stdout
+    assert "the last change to" in twice.stderr and "was a rollback" in twice.stderr, twice.stderr
+    assert f"swaps back in the venv of lock {lock_digest[:19]}" in twice.stderr and "--again" in twice.stderr
+    assert _dists(target) == {"idna"}
+    again = run_envlock(root, "rollback", "ct200", "--again", "--format", "json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)["result"]
+    assert report["again"] is True and report["restored"]["digest"] == lock_digest
+    assert report["replaced"] is None
+    assert "alpha" in _dists(target) and _dists(Path(f"{target}.envlock/previous")) == {"idna"}
 
 
 def test_corrupted_artifact_is_refused_before_install(tmp_path: Path, reference: Reference) -> None:
@@ -267,3 +286,24 @@ def test_editable_source_tree_travels_with_the_lock(tmp_path: Path) -> None:
     )
     assert out.stdout.strip() == "42", out.stderr
     assert (project / "src" / "edpkg" / "__init__.py").read_text() == "ANSWER = 42\n"
+
+
+@pytest.mark.parametrize("fault", ["ENOSPC:before:install", "kill:before:swap", "ENOSPC:before:stamp"])
+def test_a_failed_apply_leaves_nothing_beside_the_venv_but_its_state_dir(
+    tmp_path: Path, reference: Reference, fault: str
+) -> None:
+    """docs/apply.md: everything envlock keeps for a venv is in ``<venv>.envlock/``."""
+    parent = tmp_path / "srv"
+    parent.mkdir()
+    target = parent / "venv"
+    root = _fleet(tmp_path, reference, target)
+    env = dict(os.environ, ENVLOCK_FAULT=fault)
+    failed = subprocess.run(
+        [ENVLOCK, "apply", "ct200", "--root", str(root)], capture_output=True, text=True, env=env
+    )
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert {p.name for p in parent.iterdir()} <= {"venv", "venv.envlock"}, sorted(parent.iterdir())
+    assert (parent / "venv.envlock").is_dir()
+    finished = run_envlock(root, "apply", "ct200")
+    assert finished.returncode == 0, finished.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["venv", "venv.envlock"]

@@ -47,6 +47,16 @@ def test_hand_edits_are_shown_and_kept_unless_discarded(tmp_path: Path, referenc
     assert dry.returncode == 0, dry.stderr
     drift = json.loads(dry.stdout)["result"]["drift"]
     assert {f["path"] for f in drift["files"]} == {"site-packages/six.py", "site-packages/alpha/extra.py"}
+    for i in range(25):  # more than a real apply's refusal lists
+        (_site(target) / "alpha" / f"more{i:02}.py").write_text("y = 2\n")
+    dry = run_envlock(root, "apply", "ct200", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"files apply would repair in {target} (hand edits since it matched its lock, 27):" in dry.stdout
+    listed = [line.split()[-1] for line in dry.stdout.splitlines() if "site-packages/" in line]
+    assert len(listed) == 27 and "site-packages/alpha/more24.py" in listed, dry.stdout
+    assert "refuses to discard them without --discard-drift" in dry.stdout and "… and" not in dry.stdout
+    for i in range(25):
+        (_site(target) / "alpha" / f"more{i:02}.py").unlink()
     proc = run_envlock(root, "apply", "ct200", "--discard-drift")
     assert proc.returncode == 0, proc.stderr
     assert walk_payload(target) == walk_payload(reference.venv)

@@ -23,6 +23,7 @@ driver = "575.57.08"
 urls = ["https://pypi.org/simple", "file:///srv/wheels/simple"]
 [smoke]
 checks = ["from xgrammar import StructuralTag"]
+exclude = ["pip._vendor.*", "*.sphinxext"]
 """
 
 
@@ -39,6 +40,7 @@ def test_full_profile_loads(tmp_path: Path) -> None:
     assert profile.gpu is not None and profile.gpu.cc == ("12.0",) and profile.gpu.driver == "575.57.08"
     assert profile.index is not None and len(profile.index.urls) == 2
     assert profile.smoke_checks == ("from xgrammar import StructuralTag",)
+    assert profile.smoke_exclude == ("pip._vendor.*", "*.sphinxext")
     assert not profile.is_local
 
 
@@ -59,6 +61,13 @@ def test_full_profile_loads(tmp_path: Path) -> None:
             "index.urls[0]: expected an http(s):// or file:// URL",
         ),
         ('venv = "/v"\nvenvv = "/typo"', "venvv: unknown field"),
+        ('venv = "/v"\n[smoke]\nexclude = "tests"', "smoke.exclude: expected a list of strings"),
+        ('venv = "/v"\n[smoke]\nexclude = ["ok.*", 3]', "smoke.exclude[1]: expected a non-empty string"),
+        (
+            'venv = "/v"\n[smoke]\nexclude = ["site-packages/pip/*.py"]',
+            'smoke.exclude[0]: expected a module name pattern like "pip._vendor.*"',
+        ),
+        ('venv = "/v"\n[smoke]\nexclud = ["x"]', "smoke.exclud: unknown field (known: checks, exclude)"),
         ('venv = "/v"\ngpu = "12.0"', "gpu: expected a table"),
         ("venv = ", "not valid TOML"),
     ],

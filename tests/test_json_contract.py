@@ -69,6 +69,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Pat
     return root
 
 
+def _diff_case(root: Path) -> list[str]:
+    """The reference against its target (locked here, whatever order the cases run in)."""
+    if not (root / "locks" / "pylock.ct300.toml").is_file():
+        assert envlock(root, "lock", "ct300").returncode == 0
+    return ["diff", "ct129", "ct300"]
+
+
 def _apply_case(root: Path) -> list[str]:
     """A host whose venv does not exist yet: apply builds it."""
     write_profile(root, "ct201", root / "venv-ct201", None)
@@ -94,12 +101,13 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
     "rollback": (_rollback_case, 0),
     "verify": (lambda root: ["verify", "ct129"], 0),
     "smoke": (lambda root: ["smoke", "ct129"], 0),
-    "diff": (lambda root: ["diff", "ct129", "ct300"], 1),
+    "diff": (_diff_case, 1),
     "review": (lambda root: ["review", "--base", "HEAD~1", "--head", "HEAD", "--no-index"], 0),
     "inspect": (lambda root: ["inspect", str(next((root / "wheels").glob("beta-*.whl")))], 0),
     "export": (lambda root: ["export", "ct129"], 0),
     "show": (lambda root: ["show", "ct129"], 0),
     "git-setup": (lambda root: ["git-setup"], 0),
+    "gc": (lambda root: ["gc", "--dry-run"], 0),
 }
 
 # command -> arguments it cannot run with (exit 2, an error envelope)
@@ -116,6 +124,7 @@ REFUSALS: dict[str, list[str]] = {
     "export": ["export", "nosuch"],
     "show": ["show", "nosuch"],
     "git-setup": ["git-setup"],  # run where there is no git repository
+    "gc": ["gc", "--dry-run"],  # run where a lock cannot be read: gc deletes nothing then
 }
 
 
@@ -151,9 +160,12 @@ def test_command_answers_in_the_envelope(command: str, fleet: Path) -> None:
 def test_command_refuses_in_the_envelope(command: str, fleet: Path, tmp_path: Path) -> None:
     if command not in REFUSALS:
         pytest.fail(f"no refusal case for `envlock {command}`")
-    root = tmp_path if command == "git-setup" else fleet
-    if command == "git-setup":
+    root = tmp_path if command in ("git-setup", "gc") else fleet
+    if command in ("git-setup", "gc"):
         (root / "hosts").mkdir()
+    if command == "gc":
+        (root / "locks").mkdir()
+        (root / "locks" / "pylock.bad.toml").write_text("lock-version = [")
     proc = envlock(root, *REFUSALS[command], "--format", "json")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     data = _envelope(proc, command)

@@ -60,6 +60,7 @@ USE_CASES = {
     "envlock.export": "export.py",
     "envlock.review": "review",
     "envlock.resolve": "resolve",
+    "envlock.gc": "gc.py",
 }
 
 

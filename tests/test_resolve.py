@@ -123,8 +123,26 @@ def test_sm120_target_gets_the_cu128_build_and_says_why(fleet: Path) -> None:
     check = run_envlock(fleet, "lock", "ct200", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     lock = fleet / "locks" / "pylock.ct200.toml"
-    lock.write_text(lock.read_text().replace("1.0+cu128", "1.0+cu126", 1))
-    assert run_envlock(fleet, "lock", "ct200", "--check").returncode == 1
+    written = lock.read_text()
+    lock.write_text(written.replace("1.0+cu128", "1.0+cu126", 1))
+    edited = run_envlock(fleet, "lock", "ct200", "--check")
+    assert edited.returncode == 1
+    assert "locks/pylock.ct200.toml: stale; a rewrite would change:" in edited.stdout
+    # a hand edit: the lock on disk cannot be compared, and it says why
+    assert "is not consistent with package version" in edited.stdout, edited.stdout
+    lock.write_text(written)
+    # The host moves to an sm_90 GPU: the reference's cu126 build runs there again.
+    _target(fleet, "ct200", '[gpu]\ncc = ["9.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n')
+    moved = run_envlock(fleet, "lock", "ct200", "--check")
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "  gpukern 1.0+cu128 -> 1.0+cu126 (" in moved.stdout, moved.stdout
+    moved_json = run_envlock(fleet, "lock", "ct200", "--check", "--format", "json")
+    because = json.loads(moved_json.stdout)["result"]["stale_because"]
+    assert [(p["name"], p["from"], p["to"]) for p in because["packages"]] == [
+        ("gpukern", "1.0+cu128", "1.0+cu126")
+    ]
+    assert [e["what"] for e in because["environment"]] == ["gpu"], because
+    assert lock.read_text() == written  # --check writes nothing
 
 
 def test_old_driver_is_refused_with_the_driver_message(fleet: Path) -> None:

@@ -297,11 +297,15 @@ def test_review_with_no_lock_changes_exits_zero(repo: Path) -> None:
 
 
 def test_git_setup_and_textconv_make_git_diff_read_per_package(repo: Path) -> None:
+    attributes = "locks/*.toml diff=envlock\nlocks/*.files.tsv diff=envlock\n"
+    (repo / ".gitignore").write_text("*.pyc")  # the user's own line, no final newline
     proc = run_envlock(repo, "git-setup")
     assert proc.returncode == 0, proc.stderr
-    assert (repo / ".gitattributes").read_text() == "locks/*.toml diff=envlock\n"
+    assert (repo / ".gitattributes").read_text() == attributes
+    assert (repo / ".gitignore").read_text() == "*.pyc\n/store/\n*.envlock/\n"
     assert run_envlock(repo, "git-setup").returncode == 0  # idempotent
-    assert (repo / ".gitattributes").read_text() == "locks/*.toml diff=envlock\n"
+    assert (repo / ".gitattributes").read_text() == attributes
+    assert (repo / ".gitignore").read_text() == "*.pyc\n/store/\n*.envlock/\n"
     _change_head(repo)
     diff = _git(repo, "diff", "--", "locks/pylock.ct200.toml")
     changed = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
@@ -313,6 +317,27 @@ def test_git_setup_and_textconv_make_git_diff_read_per_package(repo: Path) -> No
         line.startswith("+safetensors==0.5.3  index  safetensors-0.5.3-py3-none-any.whl") for line in changed
     )
     assert not any(line.startswith(("-numpy", "+numpy")) for line in changed)
+
+
+def test_git_setup_keeps_store_out_and_diffs_manifests_per_package(repo: Path) -> None:
+    assert run_envlock(repo, "git-setup").returncode == 0
+    wheel = repo / "store" / "wheels" / ("ab" * 32) / "numpy-2.2.6-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"wheel bytes")
+    state = repo / "venv.envlock" / "journal.json"
+    state.parent.mkdir()
+    state.write_text("{}")
+    _git(repo, "add", "-A")
+    staged = _git(repo, "diff", "--cached", "--name-only").split()
+    assert sorted(staged) == [".gitattributes", ".gitignore"]
+    _git(repo, "commit", "-q", "-m", "git-setup")
+    _change_head(repo)
+    diff = _git(repo, "diff", "--", "locks/pylock.ct200.files.tsv")
+    # textconv's view: an owner line per package, its files indented below it
+    assert " safetensors (3 files, 303 B)" in diff.splitlines(), diff
+    changed = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert any(line.startswith("+    site-packages/safetensors/m1.py  f  101  ") for line in changed), diff
+    assert not any("\t" in line for line in changed)  # not the raw TSV rows
 
 
 def test_textconv_never_fails(tmp_path: Path) -> None:

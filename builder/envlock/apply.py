@@ -454,7 +454,13 @@ def _as_stdin(data: bytes) -> Any:
     return handle
 
 
-def rollback(workspace: Workspace, host: str) -> RollbackAnswer:
+def rollback(workspace: Workspace, host: str, *, again: bool = False) -> RollbackAnswer:
+    """Swap the previous venv back in; ``again``: also when the last change was a rollback.
+
+    The agent's report: ``venv``, ``restored_from``, and ``restored`` /
+    ``replaced`` (``{"digest", "at"}`` of the lock each venv was applied
+    from, None when envlock does not know it), ``again``.
+    """
     profile = load_profile(workspace, host)
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
@@ -465,6 +471,11 @@ def rollback(workspace: Workspace, host: str) -> RollbackAnswer:
         python = base_python(profile, read_lock(lock_path))
     with open_transport(profile) as transport:
         report: RollbackAnswer = json.loads(
-            run_agent(transport, profile.venv, ["rollback", "--venv", profile.venv], python=python)
+            run_agent(
+                transport,
+                profile.venv,
+                ["rollback", "--venv", profile.venv, *(["--again"] if again else [])],
+                python=python,
+            )
         )
     return report

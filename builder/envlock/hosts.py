@@ -69,6 +69,8 @@ class HostProfile:
     gpu: GpuFacts | None = None
     index: IndexConfig | None = None
     smoke_checks: tuple[str, ...] = field(default=())
+    # fnmatch patterns of module names whose smoke failures are expected (never gate)
+    smoke_exclude: tuple[str, ...] = field(default=())
     target: TargetFacts | None = None
     policy: LockPolicy = field(default_factory=LockPolicy)
 
@@ -92,7 +94,9 @@ _LOCK_KEYS = {"pins", "overrides"}
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _GPU_KEYS = {"cc", "driver"}
 _INDEX_KEYS = {"urls", "find_links"}
-_SMOKE_KEYS = {"checks"}
+_SMOKE_KEYS = {"checks", "exclude"}
+# A module name pattern: dotted identifiers with fnmatch's * ? [] (no path, no spaces).
+_MODULE_PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+$")
 
 
 class _Collector:
@@ -193,10 +197,18 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         index = IndexConfig(urls=urls, find_links=check.strings(index_table, "find_links", "index."))
 
     checks: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
     smoke_table = check.table(data, "smoke")
     if smoke_table is not None:
         check.unknown_keys(smoke_table, _SMOKE_KEYS, "smoke.")
         checks = check.strings(smoke_table, "checks", "smoke.")
+        excludes = check.strings(smoke_table, "exclude", "smoke.")
+        for i, pattern in enumerate(excludes):
+            if not _MODULE_PATTERN.match(pattern) or pattern.count("[") != pattern.count("]"):
+                check.add(
+                    f"smoke.exclude[{i}]",
+                    f'expected a module name pattern like "pip._vendor.*", got {pattern!r}',
+                )
 
     target = None
     target_table = check.table(data, "target")
@@ -245,6 +257,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         gpu=gpu,
         index=index,
         smoke_checks=checks,
+        smoke_exclude=excludes,
         target=target,
         policy=policy,
     )

@@ -4,7 +4,10 @@ Shared by ``envlock smoke`` and by apply's staged smoke, so a failure reads
 the same in both. Each failure gets a kind (see SEVERITY), the line that
 matters, and one sentence with what the lock knows (which package ships the
 missing library, which provides the undefined symbol); failures caused by
-another one are marked as cascades.
+another one are marked as cascades. A failure expected on any healthy venv
+(platform-only, test package, optional extra, vendored, ``[smoke] exclude``:
+``envlock.smokeexpected``) carries its reason in ``expected`` and does not
+gate.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from envlock.agent.protocol import SmokeReport
 from envlock.binary.driver import driver_library
 from envlock.hosts import HostProfile
 from envlock.lock.model import Lock
+from envlock.smokeexpected import expected_reason
 
 # Most serious first: a crash takes the whole process down with no exception
 # to catch; a hang blocks it; an ABI mismatch needs a rebuild; then what a
@@ -70,6 +74,7 @@ class ModuleResult:
     alone: bool = False  # the failure happened with nothing else imported before
     order_dependent: str | None = None  # failed after other imports, imports alone: how
     same_as: str | None = None  # the target this failure's cause is reported under
+    expected: str | None = None  # why this failure is expected on a healthy venv (it does not gate)
 
     @property
     def severity(self) -> int:
@@ -93,9 +98,15 @@ class SmokeResult:
 
     @property
     def failures(self) -> tuple[ModuleResult, ...]:
-        """Failed results, most serious first, checks before modules."""
-        failed = [r for r in self.results if r.status == "failed"]
+        """Real failures (the gate), most serious first, checks before modules."""
+        failed = [r for r in self.results if r.status == "failed" and r.expected is None]
         return tuple(sorted(failed, key=lambda r: (r.severity, not r.check, r.target)))
+
+    @property
+    def expected_failures(self) -> tuple[ModuleResult, ...]:
+        """Failures expected on a healthy venv, by reason then name."""
+        failed = [r for r in self.results if r.status == "failed" and r.expected is not None]
+        return tuple(sorted(failed, key=lambda r: (r.expected or "", r.target)))
 
     @property
     def skipped(self) -> tuple[ModuleResult, ...]:
@@ -135,7 +146,7 @@ def build_result(
 ) -> SmokeResult:
     """Turn the agent's report into results with explanations and cascades marked."""
     known = _Knowledge(lock, report.get("dists", []))
-    results = [_result(raw, known, has_gpu) for raw in report["results"]]
+    results = [_expected(_result(raw, known, has_gpu), known, profile) for raw in report["results"]]
     return SmokeResult(
         host=profile.name,
         venv=report["venv"],
@@ -189,6 +200,24 @@ def _result(raw: Mapping[str, Any], known: _Knowledge, has_gpu: bool) -> ModuleR
     )
 
 
+def _expected(result: ModuleResult, known: _Knowledge, profile: HostProfile) -> ModuleResult:
+    if result.status != "failed":
+        return result
+    importer = result.where.owner if result.where and result.where.owner else known.provider(result.target)
+    reason = expected_reason(
+        target=result.target,
+        check=result.check,
+        kind=result.kind,
+        facts=result.facts,
+        message=result.message,
+        importer=importer,
+        requires_dist=known.requires_dist,
+        exclude=profile.smoke_exclude,
+        profile_source=str(profile.path),
+    )
+    return replace(result, expected=reason) if reason else result
+
+
 def _order_note(order: Mapping[str, Any]) -> str:
     what = f"{order.get('type') or order.get('kind')}: {_first_line(order.get('message'))}"
     at = f" at {order['where']['file']}:{order['where']['line']}" if order.get("where") else ""
@@ -233,8 +262,8 @@ def _mark_cascades(results: list[ModuleResult]) -> tuple[ModuleResult, ...]:
     """
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(results):
-        if r.status != "ok":
-            groups.setdefault(cause(r), []).append(i)
+        if r.status != "ok":  # expected and real failures are reported apart
+            groups.setdefault((r.expected is None, *cause(r)), []).append(i)
     marked = list(results)
     for members in groups.values():
         first = results[members[0]]
@@ -286,6 +315,14 @@ class _Knowledge:
         live = self.installed.get(canonicalize_name(package))
         locked = self.locked.get(canonicalize_name(package))
         return (live["version"] if live else None, locked.version if locked else None)
+
+    def requires_dist(self, dist: str | None) -> list[str]:
+        """A distribution's Requires-Dist lines (live metadata, else the lock's)."""
+        if dist is None:
+            return []
+        key = canonicalize_name(dist)
+        live, locked = self.installed.get(key), self.locked.get(key)
+        return list(live["requires_dist"]) if live else (list(locked.requires_dist) if locked else [])
 
     def requirement(self, importer: str | None, package: str) -> str | None:
         """The importer's Requires-Dist on ``package`` (live metadata, else the lock's)."""

@@ -51,6 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     status_p.add_argument("--venv", required=True)
     rollback_p = sub.add_parser("rollback", help="swap the previous venv back in")
     rollback_p.add_argument("--venv", required=True)
+    rollback_p.add_argument("--again", action="store_true", help="the last change was a rollback: undo it")
     source_p = sub.add_parser(
         "pack-source", help="a deterministic tar.gz of an editable install's source on stdout"
     )
@@ -119,7 +120,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             elif args.command == "apply-status":
                 _emit(host_apply.apply_status(args.venv))
             else:
-                _emit(host_apply.rollback(args.venv))
+                _emit(host_apply.rollback(args.venv, again=args.again))
         elif args.command == "pack-source":
             from envlock.agent.sources import pack_source
 

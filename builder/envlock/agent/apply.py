@@ -164,7 +164,7 @@ def apply_status(venv: str) -> ApplyStatus:
 # ------------------------------------------------------------------ rollback
 
 
-def rollback(venv: str) -> RollbackAnswer:
+def rollback(venv: str, again: bool = False) -> RollbackAnswer:
     refused = path_refusal(venv)
     if refused is not None:
         raise ApplyError(refused)
@@ -179,7 +179,7 @@ def rollback(venv: str) -> RollbackAnswer:
         from envlock.agent.swap import rollback as swap_back
 
         try:
-            report = swap_back(state)
+            report = swap_back(state, again=again)
         except SwapError as exc:
             raise ApplyError(str(exc)) from exc
         report["recovered"] = recovered

@@ -49,6 +49,7 @@ class StateDir:
         self.lock = os.path.join(self.root, "lock")
         self.journal = os.path.join(self.root, "journal.json")
         self.stamp = os.path.join(self.root, "applied.json")
+        self.slots = os.path.join(self.root, "slots.json")  # which lock each venv came from
         self.staging = os.path.join(self.root, "staging")
         self.previous = os.path.join(self.root, "previous")
         self.failed = os.path.join(self.root, "failed")
@@ -116,7 +117,7 @@ def record(state: StateDir, step: str, **facts: Any) -> Dict[str, Any]:
 def sweep(state: StateDir) -> None:
     """Remove temporary files a killed ``write_atomic`` left (the caller holds the lock)."""
     for name in os.listdir(state.root):
-        if name.endswith(".tmp") and name.split(".", 1)[0] in ("journal", "applied"):
+        if name.endswith(".tmp") and name.split(".", 1)[0] in ("journal", "applied", "slots"):
             os.unlink(os.path.join(state.root, name))
 
 

@@ -339,8 +339,18 @@ class _RollbackRequired(TypedDict):
     restored_from: str
 
 
+class RolledSlot(TypedDict):
+    """Which lock a venv was applied from, and when (``slots.json``)."""
+
+    digest: str
+    at: Optional[str]
+
+
 class RollbackAnswer(_RollbackRequired, total=False):
     recovered: Optional[str]
+    restored: Optional[RolledSlot]  # the venv now live; None: a venv envlock has no lock for
+    replaced: Optional[RolledSlot]  # the new rollback copy
+    again: bool  # this rollback undid a rollback (--again)
 
 
 # ------------------------------------------------------------------ stderr lines

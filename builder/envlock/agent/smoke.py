@@ -44,9 +44,12 @@ from envlock.agent.smoke_worker import Pool, SmokeError
 
 __all__ = ["SmokeError", "run_smoke"]
 
-# Failures that another module imported earlier in the same worker can cause
-# (a missing name only through a circular import: "partially initialized").
-RETRY_KINDS = {"error", "undefined-symbol", "symbol-version", "crash"}
+# Failures that another module imported earlier in the same worker can cause.
+# A missing name too: besides a circular import ("partially initialized"), an
+# import hook another module installed can hand out another module of the same
+# name (setuptools' _distutils_hack: "setuptools._distutils.command has no
+# sdist" after some imports, never alone), which would make --deep flaky.
+RETRY_KINDS = {"error", "undefined-symbol", "symbol-version", "crash", "missing-name"}
 MAX_RETRIES = 32  # fresh interpreters spent on confirming failures, per run
 
 _PATTERNS = (

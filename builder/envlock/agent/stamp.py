@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from envlock.agent.bytecode import damaged_bytecode
@@ -29,12 +30,60 @@ def _stat_keys(venv: str) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
 
 def write_stamp(state: StateDir, digest: str) -> None:
     keys, links = _stat_keys(state.venv)
-    write_atomic(state.stamp, {"digest": digest, "files": keys, "links": links})
+    write_atomic(state.stamp, {"digest": digest, "at": _now(), "files": keys, "links": links})
 
 
 def forget_stamp(state: StateDir) -> None:
     if os.path.lexists(state.stamp):
         os.unlink(state.stamp)
+
+
+# ------------------------------------------------------------------ slots
+#
+# ``<venv>.envlock/slots.json`` says which lock each of the two venvs (the
+# live one, ``previous/``) was built from and when, and whether the last
+# exchange was an apply or a rollback, so rollback can say what it swaps and
+# refuse to toggle back silently. Each slot: ``{"digest", "at", "ident"}``
+# (``ident``: the directory's device and inode, which an exchange keeps).
+# None: a venv envlock did not build, or one swapped before slots existed.
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_slots(state: StateDir) -> Dict[str, Any]:
+    try:
+        with open(state.slots) as stream:
+            slots: Dict[str, Any] = json.load(stream)
+    except (OSError, ValueError):
+        return {"live": None, "previous": None, "last": None, "at": None}
+    return slots
+
+
+def record_apply(state: StateDir, entry: Dict[str, Any]) -> None:
+    """The journaled apply ``entry`` put its venv live (idempotent: recovery may run it twice)."""
+    slots = read_slots(state)
+    live = slots.get("live")
+    if live is not None and live.get("ident") == entry["new"]:
+        return
+    if entry["old"] is None:
+        previous = slots.get("previous")  # a fresh venv replaced nothing; previous/ is unchanged
+    elif live is not None and live.get("ident") == entry["old"]:
+        previous = live
+    else:  # slots from before this venv: the stamp still names the replaced venv's lock
+        stamp = read_stamp(state)
+        digest = stamp.get("digest") if stamp else None
+        previous = {"digest": digest, "at": stamp.get("at") if stamp else None, "ident": entry["old"]}
+    new = {"digest": entry["digest"], "at": _now(), "ident": entry["new"]}
+    write_atomic(state.slots, {"live": new, "previous": previous, "last": "apply", "at": new["at"]})
+
+
+def record_rollback(state: StateDir, slots: Dict[str, Any]) -> Dict[str, Any]:
+    """previous/ and the venv were exchanged: the slots trade places. Returns what is written."""
+    swapped = {"live": slots.get("previous"), "previous": slots.get("live"), "last": "rollback", "at": _now()}
+    write_atomic(state.slots, swapped)
+    return swapped
 
 
 def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:

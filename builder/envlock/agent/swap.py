@@ -27,8 +27,8 @@ from typing import Any, Dict, Optional
 
 from envlock.agent import journal
 from envlock.agent.journal import JournalError, StateDir, fault, ident
-from envlock.agent.protocol import RollbackAnswer
-from envlock.agent.stamp import forget_stamp, write_stamp
+from envlock.agent.protocol import RollbackAnswer, RolledSlot
+from envlock.agent.stamp import forget_stamp, read_slots, record_apply, record_rollback, write_stamp
 
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
@@ -96,6 +96,7 @@ def _finish(state: StateDir, entry: Dict[str, Any]) -> None:
         fault("after", "cleanup")
         entry = journal.record(state, "stamp")
     fault("before", "stamp")
+    record_apply(state, entry)
     write_stamp(state, entry["digest"])
     fault("after", "stamp")
     journal.clear(state)
@@ -166,10 +167,21 @@ def _drop_own_staging(state: StateDir, entry: Dict[str, Any]) -> None:
     shutil.rmtree(state.staging)
 
 
-def rollback(state: StateDir) -> RollbackAnswer:
-    """Exchange the live venv and previous/ (the caller holds the lock and has recovered)."""
+def rollback(state: StateDir, again: bool = False) -> RollbackAnswer:
+    """Exchange the live venv and previous/ (the caller holds the lock and has recovered).
+
+    When the last exchange was itself a rollback, a second one swaps back the
+    venv just rolled away from: refused unless ``again``, so running the
+    command twice by mistake does not silently undo it.
+    """
     if not os.path.isdir(state.previous) or os.path.islink(state.previous):
         raise SwapError("no previous venv to roll back to (%s does not exist)" % state.previous)
+    slots = read_slots(state)
+    if slots.get("last") == "rollback" and not again:
+        raise SwapError(
+            "the last change to %s was a rollback (at %s); rolling back again swaps back in %s: "
+            "pass --again to do that" % (state.venv, slots.get("at"), describe_slot(slots.get("previous")))
+        )
     try:
         if os.path.lexists(state.venv):
             exchange(state.previous, state.venv)
@@ -181,5 +193,28 @@ def rollback(state: StateDir) -> RollbackAnswer:
     # The stamp named the venv just swapped out; its inodes no longer match
     # anyway, but an absent stamp says so plainly.
     forget_stamp(state)
-    answer: RollbackAnswer = {"venv": state.venv, "restored_from": state.previous}
+    swapped = record_rollback(state, slots)
+    answer: RollbackAnswer = {
+        "venv": state.venv,
+        "restored_from": state.previous,
+        "restored": _public(swapped["live"]),
+        "replaced": _public(swapped["previous"]),
+        "again": slots.get("last") == "rollback",
+    }
     return answer
+
+
+def _public(slot: Optional[Dict[str, Any]]) -> Optional[RolledSlot]:
+    if slot is None or not slot.get("digest"):
+        return None  # a venv envlock did not build, or one from before slots were kept
+    return {"digest": slot["digest"], "at": slot.get("at")}
+
+
+def describe_slot(slot: Optional[Dict[str, Any]]) -> str:
+    """A slot in words: the venv of lock sha256:0123456789ab (applied 2026-11-30T22:00:00Z)."""
+    if slot is None or not slot.get("digest"):
+        return "a venv envlock has no lock for"
+    return "the venv of lock %s (applied %s)" % (
+        str(slot["digest"])[:19],
+        slot.get("at") or "at an unknown time",
+    )

@@ -12,6 +12,9 @@ from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
 from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
+
+if TYPE_CHECKING:
+    from envlock.agent.protocol import RolledSlot
 from envlock.workspace import open_workspace
 
 if TYPE_CHECKING:
@@ -87,6 +90,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "apply replaced (finishing or undoing an interrupted apply first).",
     )
     r.add_argument("host")
+    r.add_argument(
+        "--again",
+        action="store_true",
+        help="roll back although the last change was a rollback (swaps the rolled-back venv back in)",
+    )
     r.set_defaults(run=run_rollback)
 
 
@@ -143,14 +151,14 @@ def _drift_json(drift: VerifyResult) -> dict[str, Any]:
     return {"dists": dists, "files": files}
 
 
-def render_drift(drift: VerifyResult) -> list[str]:
-    """Verify's findings, one line each (as ``envlock verify`` prints them)."""
+def render_drift(drift: VerifyResult, shown: int | None = DRIFT_SHOWN) -> list[str]:
+    """Verify's findings, one line each (as ``envlock verify`` prints them); ``shown=None``: all."""
     lines = [f"{d.state:<8} {d.name:<20} locked {d.locked or '-'}, live {d.live or '-'}" for d in drift.dists]
-    for f in drift.files[:DRIFT_SHOWN]:
+    for f in drift.files[:shown]:
         mark = f.flags if f.state == "changed" else f.state
         lines.append(f"{mark:<8} {f.owner:<20} {f.path}")
-    if len(drift.files) > DRIFT_SHOWN:
-        lines.append(f"… and {len(drift.files) - DRIFT_SHOWN} more (envlock verify lists them)")
+    if shown is not None and len(drift.files) > shown:
+        lines.append(f"… and {len(drift.files) - shown} more (envlock verify lists them)")
     return lines
 
 
@@ -165,9 +173,22 @@ def render_text(result: ApplyResult) -> str:
     same = len(result.changes) - len(moved)
     lines.append(f"plan: {plural(len(moved), 'package')} change, {same} rebuilt at the same version")
     if result.bytecode:
-        lines.append(f"damaged bytecode in {result.venv} ({plural(len(result.bytecode), 'file')}), rebuilt:")
-        lines += [f"  {path}: {why}" for path, why in result.bytecode[:DRIFT_SHOWN]]
-    if result.drift is not None:
+        done = "apply would rebuild them" if result.dry_run else "rebuilt"
+        lines.append(f"damaged bytecode in {result.venv} ({plural(len(result.bytecode), 'file')}), {done}:")
+        listed = result.bytecode if result.dry_run else result.bytecode[:DRIFT_SHOWN]
+        lines += [f"  {path}: {why}" for path, why in listed]
+    if result.drift is not None and result.dry_run:
+        # The plan's point: every file the apply would put back, none elided.
+        count = len(result.drift.files) + len(result.drift.dists)
+        lines.append(
+            f"files apply would repair in {result.venv} (hand edits since it matched its lock, {count}):"
+        )
+        lines += ["  " + line for line in render_drift(result.drift, shown=None)]
+        lines.append(
+            "a real apply refuses to discard them without --discard-drift "
+            "(with it, the swap keeps the edits in the rollback copy)"
+        )
+    elif result.drift is not None:
         lines.append(f"hand edits in {result.venv} since it matched its lock (verify's findings):")
         lines += ["  " + line for line in render_drift(result.drift)]
         if result.drift_refused:
@@ -218,11 +239,20 @@ def run_rollback(args: argparse.Namespace) -> int:
     from envlock.apply import rollback  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    report = rollback(workspace, args.host)
+    report = rollback(workspace, args.host, again=args.again)
     if args.format == "json":
         print(envelope("rollback", True, {"result": report}))
     else:
         if report.get("recovered"):
             print(f"note: {report['recovered']}")
         print(f"{args.host}: {report['venv']} restored from {report['restored_from']}")
+        print(f"  now live:      {_slot_text(report.get('restored'))}")
+        print(f"  rollback copy: {_slot_text(report.get('replaced'))}")
+        print(f"  `envlock rollback {args.host} --again` swaps them back")
     return int(ExitCode.OK)
+
+
+def _slot_text(slot: RolledSlot | None) -> str:
+    if not slot or not slot["digest"]:
+        return "a venv envlock has no lock for"
+    return f"lock {slot['digest'][:19]}, applied {slot['at'] or 'at an unknown time'}"

@@ -59,6 +59,7 @@ def result_json(result: LockResult) -> dict[str, Any]:
         "changed": result.changed,
         "stale": result.stale,
         "written": result.written,
+        "stale_because": stale_because(result) if result.stale else None,
         "packages": [
             {
                 "name": p.name,
@@ -71,6 +72,37 @@ def result_json(result: LockResult) -> dict[str, Any]:
             for p in lock.packages
         ],
     }
+
+
+def stale_because(result: LockResult) -> dict[str, Any]:
+    """The package and host-fact changes between the lock on disk and the fresh one."""
+    diff = result.staleness
+    if diff is None:
+        return {"unreadable": result.unreadable, "packages": [], "environment": []}
+    return {
+        "unreadable": None,
+        "packages": [
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "from": c.from_version,
+                "to": c.to_version,
+                "change": c.describe(diff.a_label, diff.b_label),
+            }
+            for c in diff.changes
+        ],
+        "environment": [{"what": e.what, "from": e.before, "to": e.after} for e in diff.environment],
+    }
+
+
+def stale_lines(result: LockResult) -> list[str]:
+    diff = result.staleness
+    if diff is None:
+        return [result.unreadable or "the lock on disk could not be compared"]
+    lines = [c.describe(diff.a_label, diff.b_label) for c in diff.changes]
+    lines += [e.describe() for e in diff.environment]
+    # Same packages and facts: what differs is the bytes (the manifest, a reason, the layout).
+    return lines or ["no package or host fact: the lock's or its manifest's bytes (rewrite to refresh)"]
 
 
 def render_text(result: LockResult, check: bool) -> str:
@@ -99,8 +131,11 @@ def render_text(result: LockResult, check: bool) -> str:
         f"{plural(len(lock.packages), 'package')}: {kept} keep the reference's bytes, {len(changed)} differ"
     )
     path = f"locks/pylock.{lock_name(lock.host)}.toml"
-    if check:
-        lines.append(f"{path}: {'stale' if result.stale else 'up to date'}")
+    if check and result.stale:
+        lines.append(f"{path}: stale; a rewrite would change:")
+        lines += [f"  {line}" for line in stale_lines(result)]
+    elif check:
+        lines.append(f"{path}: up to date")
     else:
         lines.append(f"{path}: {'written' if result.written else 'unchanged'}")
     return "\n".join(lines)

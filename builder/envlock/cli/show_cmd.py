@@ -5,7 +5,10 @@ one sorted line per package with its exact wheel and sha256, so ``git
 diff`` of a 300-package lock shows the packages that changed, a hash change
 at the same version included, instead of TOML table noise. It never fails:
 a file that is not a readable lock is printed as it is, after one comment
-line, so git can always show a diff.
+line, so git can always show a diff. A file manifest (``*.files.tsv``) is
+shown grouped per package: one unindented line per owner (git's default
+hunk header then names the package a changed file belongs to), its files
+indented below it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 from envlock.cli.commands import summary
 from envlock.errors import EnvlockError, ExitCode
 from envlock.lock.foreign import foreign_note, read_any_lock
-from envlock.lock.model import Lock, Package
+from envlock.lock.manifest import parse_manifest, read_manifest_bytes
+from envlock.lock.model import FileEntry, Lock, Package
 from envlock.lock.summary import gpu_summary, platform_summary
 from envlock.render import envelope, human_size, table
 from envlock.workspace import open_workspace
@@ -32,6 +36,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help=summary("show"),
         description="Print a lock (a file, or a host name for locks/pylock.<host>.toml). "
         "--textconv prints sorted one-line-per-package text for git's textconv "
+        "(a .files.tsv manifest: its files grouped per package) "
         "(see `envlock git-setup`).",
     )
     p.add_argument("lock", help="lock file, or host name")
@@ -80,9 +85,28 @@ def textconv(lock: Lock) -> str:
     return "\n".join(lines) + "\n"
 
 
+def manifest_textconv(entries: list[FileEntry]) -> str:
+    """One header line per owner (package), then its files, indented."""
+    by_owner: dict[str, list[FileEntry]] = {}
+    for entry in entries:
+        by_owner.setdefault(entry.owner, []).append(entry)
+    lines = [f"# envlock file manifest: {len(entries)} files, {len(by_owner)} owners"]
+    for owner in sorted(by_owner):
+        files = sorted(by_owner[owner], key=lambda e: e.path)
+        lines.append(f"{owner} ({len(files)} files, {human_size(sum(e.size for e in files))})")
+        lines += [f"    {e.path}  {e.kind}  {e.size}  {e.sha256}" for e in files]
+    return "\n".join(lines) + "\n"
+
+
+def _textconv_text(path: Path, shown: str) -> str:
+    if path.name.endswith(".files.tsv"):
+        return manifest_textconv(parse_manifest(read_manifest_bytes(path, shown), shown))
+    return textconv(read_any_lock(path, shown=shown))
+
+
 def _lock_path(root: str | None, spec: str) -> tuple[Path, str]:
     path = Path(spec)
-    if path.suffix == ".toml" or "/" in spec or path.is_file():
+    if path.suffix in (".toml", ".tsv") or "/" in spec or path.is_file():
         return path, spec
     workspace = open_workspace(root, need_hosts=False)
     path = workspace.lock_path(spec)
@@ -93,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     path, shown = _lock_path(args.root, args.lock)
     if args.textconv:
         try:
-            sys.stdout.write(textconv(read_any_lock(path, shown=shown)))
+            sys.stdout.write(_textconv_text(path, shown))
         except EnvlockError as exc:
             # git shows whatever textconv prints: never leave it with nothing.
             sys.stdout.write(f"# envlock show --textconv: {exc}; the raw file follows\n")

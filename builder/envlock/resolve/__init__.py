@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envlock.errors import ProfileError, ResolveError
+from envlock.changes import LockDiff, diff_locks
+from envlock.errors import EnvlockError, ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.io import read_lock
 from envlock.lock.model import Lock
@@ -31,6 +32,10 @@ class LockResult:
     changed: bool
     stale: bool  # for --check: the lock on disk differs from a fresh resolution
     written: bool
+    # For a stale --check: the lock on disk against the fresh resolution
+    # (``a`` is the disk's), or why the disk's lock could not be compared.
+    staleness: LockDiff | None = None
+    unreadable: str | None = None
 
 
 def lock_host(
@@ -87,14 +92,35 @@ def lock_host(
     )
     if check:
         same = workspace.lock_is_current(host, lock, manifest)
+        staleness, unreadable = (None, None) if same else _against_disk(workspace, host, lock)
         return LockResult(
-            lock=lock, env=env, deviations=deviations, changed=not same, stale=not same, written=False
+            lock=lock,
+            env=env,
+            deviations=deviations,
+            changed=not same,
+            stale=not same,
+            written=False,
+            staleness=staleness,
+            unreadable=unreadable,
         )
     written = workspace.write_lock_if_changed(host, lock, manifest)
     memo.remember(deviations, asked_an_index=finder.asked_an_index)
     return LockResult(
         lock=lock, env=env, deviations=deviations, changed=written, stale=False, written=written
     )
+
+
+def _against_disk(workspace: Workspace, host: str, fresh: Lock) -> tuple[LockDiff | None, str | None]:
+    """What a rewrite would change: the lock on disk diffed against the fresh one."""
+    path = workspace.lock_path(host)
+    shown = workspace.shown(path)
+    if not path.is_file():
+        return None, f"{shown}: no lock on disk yet"
+    try:
+        on_disk = read_lock(path, shown=shown)
+    except EnvlockError as exc:
+        return None, str(exc)
+    return diff_locks(on_disk, fresh, "on disk", "fresh"), None
 
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:
