@@ -105,39 +105,18 @@ def _name_of(name: str | None, url: str | None, path: str | None) -> str:
 
 
 def _package(pkg: Any) -> Package:
-    artifacts: list[Artifact] = []
-    for wheel in pkg.wheels or ():
-        artifacts.append(
-            Artifact(
-                filename=_name_of(wheel.name, wheel.url, wheel.path),
-                sha256=_hash(wheel.hashes),
-                size=wheel.size,
-                url=wheel.url,
-                path=wheel.path,
-            )
+    # Wheels, the sdist and an archive carry the same fields: one Artifact each.
+    files = [*(pkg.wheels or ()), *(f for f in (pkg.sdist, pkg.archive) if f is not None)]
+    artifacts = [
+        Artifact(
+            filename=_name_of(getattr(f, "name", None), f.url, f.path),
+            sha256=_hash(f.hashes),
+            size=f.size,
+            url=f.url,
+            path=f.path,
         )
-    if pkg.sdist is not None:
-        sdist = pkg.sdist
-        artifacts.append(
-            Artifact(
-                filename=_name_of(sdist.name, sdist.url, sdist.path),
-                sha256=_hash(sdist.hashes),
-                size=sdist.size,
-                url=sdist.url,
-                path=sdist.path,
-            )
-        )
-    if pkg.archive is not None:
-        archive = pkg.archive
-        artifacts.append(
-            Artifact(
-                filename=_name_of(None, archive.url, archive.path),
-                sha256=_hash(archive.hashes),
-                size=archive.size,
-                url=archive.url,
-                path=archive.path,
-            )
-        )
+        for f in files
+    ]
     if pkg.vcs is not None:
         vcs = pkg.vcs
         where = vcs.url or vcs.path or "?"
