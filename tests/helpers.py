@@ -263,3 +263,9 @@ def wait_stopped(under: int, proc: subprocess.Popen[str]) -> int:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
     raise AssertionError("no process reached its fault point")
+
+
+def copy_lock(root: Path, source: str, target: str) -> None:
+    """Give host ``target`` the lock (and manifest) of host ``source``, as written."""
+    for suffix in (".toml", ".files.tsv"):
+        shutil.copy(root / "locks" / f"pylock.{source}{suffix}", root / "locks" / f"pylock.{target}{suffix}")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, UV, content_listing, make_venv, run_envlock, uv_install, walk_payload
+from helpers import ENVLOCK, UV, content_listing, copy_lock, make_venv, run_envlock, uv_install, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
@@ -27,8 +27,7 @@ def _fleet(tmp_path: Path, reference: Reference, target_venv: Path) -> Path:
     )
     proc = run_envlock(root, "capture", "ct129")
     assert proc.returncode == 0, proc.stderr
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     return root
 
 
@@ -274,8 +273,7 @@ def test_editable_source_tree_travels_with_the_lock(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lock_text = (root / "locks" / "pylock.ct129.toml").read_text()
     assert "[packages.tool.envlock.source-tree]" in lock_text and f'path = "{project}"' in lock_text
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     shutil.move(str(project), str(tmp_path / "moved-away"))  # the target host has no checkout
     result = _apply(root)
     assert result["host_report"]["sources"] == [{"path": str(project), "action": "restored"}]

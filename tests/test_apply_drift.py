@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, make_venv, run_envlock, uv_install, wait_stopped, walk_payload
+from helpers import ENVLOCK, copy_lock, make_venv, run_envlock, uv_install, wait_stopped, walk_payload
 
 
 def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
@@ -20,8 +19,7 @@ def _fleet(tmp_path: Path, reference: Reference) -> tuple[Path, Path]:
     write_profile(root, "ct200", target, reference.index.url)
     proc = run_envlock(root, "capture", "ct129")
     assert proc.returncode == 0, proc.stderr
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     proc = run_envlock(root, "apply", "ct200")
     assert proc.returncode == 0, proc.stderr
     return root, target
@@ -107,8 +105,7 @@ def test_a_full_disk_during_the_staged_smoke_swaps_in_no_truncated_bytecode(
         write_profile(root, "ct129", reference.venv, reference.index.url)
         write_profile(root, "ct200", target, reference.index.url)
         assert run_envlock(root, "capture", "ct129").returncode == 0
-        for suffix in (".toml", ".files.tsv"):
-            shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+        copy_lock(root, "ct129", "ct200")
         env = dict(os.environ, ENVLOCK_FAULT="stop:before:smoke,stop:after:smoke")
         proc = subprocess.Popen(
             [ENVLOCK, "apply", "ct200", "--root", str(root)],

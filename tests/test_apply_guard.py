@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, content_listing, make_venv, run_envlock
+from helpers import ENVLOCK, content_listing, copy_lock, make_venv, run_envlock
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +25,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Pa
     write_profile(root, "ct129", reference.venv, reference.index.url)
     proc = run_envlock(root, "capture", "ct129")
     assert proc.returncode == 0, proc.stderr
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     return root
 
 

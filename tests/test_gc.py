@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import Reference, write_profile
-from helpers import ENVLOCK, run_envlock, walk_payload
+from helpers import ENVLOCK, copy_lock, run_envlock, walk_payload
 
 
 def _gc(root: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +31,7 @@ def test_gc_frees_only_what_no_lock_needs(tmp_path: Path, reference: Reference) 
     write_profile(root, "ct129", reference.venv, reference.index.url)
     write_profile(root, "ct200", target, reference.index.url)
     assert run_envlock(root, "capture", "ct129").returncode == 0
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     store = root / "store"
     lock = json.loads(run_envlock(root, "show", "ct129", "--format", "json").stdout)["result"]
     needed = {(p["sha256"], p["wheel"]) for p in lock["packages"]}

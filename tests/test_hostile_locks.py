@@ -22,7 +22,7 @@ import pytest
 import tomli_w
 
 from conftest import Reference, write_profile
-from helpers import run_envlock
+from helpers import copy_lock, run_envlock
 
 Doc = dict[str, Any]
 
@@ -43,8 +43,7 @@ def _fleet(tmp_path: Path, captured: Path) -> tuple[Path, Path]:
     shutil.copytree(captured, root, symlinks=True)
     target = tmp_path / "target-venv"
     write_profile(root, "ct200", target, None)
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import Reference, write_profile
 from envlock.cli import command_names
-from helpers import ENVLOCK, ROOT, make_venv
+from helpers import ENVLOCK, ROOT, copy_lock, make_venv
 
 SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
 GIT_ENV = {
@@ -43,11 +43,6 @@ def _git(root: Path, *args: str) -> None:
     )
 
 
-def _copy_lock(root: Path, source: str, target: str) -> None:
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.{source}{suffix}", root / "locks" / f"pylock.{target}{suffix}")
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Path:
     """ct129 (the reference venv) captured; ct300 locked from it; a git history where ct200's lock appears."""
@@ -63,7 +58,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Pat
     _git(root, "init", "-q", "-b", "main")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "ct129")
-    _copy_lock(root, "ct129", "ct200")
+    copy_lock(root, "ct129", "ct200")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "ct200")
     return root
@@ -79,7 +74,7 @@ def _diff_case(root: Path) -> list[str]:
 def _apply_case(root: Path) -> list[str]:
     """A host whose venv does not exist yet: apply builds it."""
     write_profile(root, "ct201", root / "venv-ct201", None)
-    _copy_lock(root, "ct129", "ct201")
+    copy_lock(root, "ct129", "ct201")
     return ["apply", "ct201"]
 
 
@@ -87,7 +82,7 @@ def _rollback_case(root: Path) -> list[str]:
     """A venv uv made, replaced by apply --force: rollback brings it back."""
     venv = make_venv(root / "venv-ct202")
     write_profile(root, "ct202", venv, None)
-    _copy_lock(root, "ct129", "ct202")
+    copy_lock(root, "ct129", "ct202")
     assert envlock(root, "apply", "ct202", "--force").returncode == 0
     return ["rollback", "ct202"]
 

@@ -32,7 +32,7 @@ from envlock.transport import agent_answer, run_agent
 from envlock.transport.bundle import bundle_dir
 from envlock.transport.local import LocalTransport
 from envlock.workspace import cache_dir
-from helpers import run_envlock
+from helpers import copy_lock, run_envlock
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -234,8 +234,7 @@ def test_apply_plan_and_answer_match_the_protocol(
     write_profile(root, "ct200", target, reference.index.url)
     proc = run_envlock(root, "capture", "ct129")
     assert proc.returncode == 0, proc.stderr
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
 
     plans: list[Any] = []
     real_build_plan = apply_module.build_plan
@@ -290,8 +289,7 @@ def test_a_stale_agent_bundle_is_refused_with_one_line(
     write_profile(root, "ct200", target, reference.index.url)
     captured = run_envlock(root, "capture", "ct129")
     assert captured.returncode == 0, captured.stderr
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     lock_bytes = (root / "locks" / "pylock.ct129.toml").read_bytes()
 
     other = make_stale(private_cache)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from conftest import Reference, write_profile
 from envlock.fetch import ArtifactError, fetch_one
 from envlock.lock.model import Artifact, Package
 from envlock.store import Store
-from helpers import make_wheel, run_envlock
+from helpers import copy_lock, make_wheel, run_envlock
 
 
 def test_corrupt_wheel_is_quarantined_and_fetched_again(tmp_path: Path) -> None:
@@ -44,8 +43,7 @@ def test_corrupt_script_blob_stops_apply_and_recapture_heals(tmp_path: Path, ref
     write_profile(root, "ct129", reference.venv, reference.index.url)
     write_profile(root, "ct200", target, reference.index.url)
     assert run_envlock(root, "capture", "ct129").returncode == 0
-    for suffix in (".toml", ".files.tsv"):
-        shutil.copy(root / "locks" / f"pylock.ct129{suffix}", root / "locks" / f"pylock.ct200{suffix}")
+    copy_lock(root, "ct129", "ct200")
     text = (root / "locks" / "pylock.ct200.toml").read_text()
     sha = text.split('"bin/alpha" = "', 1)[1][:64]
     blob = root / "store" / "blobs" / sha[:2] / sha
