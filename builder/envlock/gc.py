@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,27 +112,29 @@ def _store_objects(store: Store, needs: Needs) -> tuple[list[Freeable], list[Pat
             else:
                 free.append(Freeable(path=wheel, size=_size(wheel), what="store wheel"))
     blobs = store.root / "blobs"
-    for blob in sorted(blobs.glob("*/*")) if blobs.is_dir() else []:
-        if blob.name.startswith("."):
-            continue
-        if blob.name in needs.blobs:
-            kept.append(blob)
-        else:
-            free.append(Freeable(path=blob, size=_size(blob), what="store blob"))
+    _keep_named(sorted(blobs.glob("*/*")) if blobs.is_dir() else [], needs.blobs, "store blob", free, kept)
     return free, kept
 
 
 def _drop_objects(drop: Path, needs: Needs) -> tuple[list[Freeable], list[Path]]:
     free: list[Freeable] = []
     kept: list[Path] = []
-    for sha_dir in sorted(drop.iterdir()) if drop.is_dir() else []:
-        if sha_dir.name.startswith("."):
-            continue
-        if sha_dir.name in needs.shas:
-            kept.append(sha_dir)
-        else:
-            free.append(Freeable(path=sha_dir, size=_size(sha_dir), what="transfer drop"))
+    _keep_named(sorted(drop.iterdir()) if drop.is_dir() else [], needs.shas, "transfer drop", free, kept)
     return free, kept
+
+
+def _keep_named(
+    paths: list[Path], wanted: AbstractSet[str], what: str, free: list[Freeable], kept: list[Path]
+) -> None:
+    """Objects named by their sha256: kept when a lock needs that name, else freeable.
+    Dot-names are partial writes of a transfer or a store write in progress: left alone."""
+    for path in paths:
+        if path.name.startswith("."):
+            continue
+        if path.name in wanted:
+            kept.append(path)
+        else:
+            free.append(Freeable(path=path, size=_size(path), what=what))
 
 
 def _old_bundles(cache: Path, current_key: str) -> list[Freeable]:
