@@ -12,8 +12,9 @@ native libraries that will load on one side but not on the other
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from envlock.abi import AbiBreak, abi_breaks
 from envlock.loadable import LoadProblem, load_problems
 from envlock.lock.compare import ChangeKind, version_kind
 from envlock.lock.foreign import foreign_note
@@ -79,6 +80,8 @@ class LockDiff:
     packages_a: int
     packages_b: int
     unchanged: int
+    # Symbols libraries kept from a to b take from a package that changed and lost them.
+    abi_breaks: tuple[AbiBreak, ...] = ()
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -88,7 +91,9 @@ class LockDiff:
 
     @property
     def identical(self) -> bool:
-        return not (self.changes or self.environment or self.load_only_a or self.load_only_b)
+        return not (
+            self.changes or self.environment or self.load_only_a or self.load_only_b or self.abi_breaks
+        )
 
 
 def _origin_key(pkg: Package, repointed: bool = False) -> tuple[object, ...]:
@@ -106,7 +111,9 @@ def _origin_key(pkg: Package, repointed: bool = False) -> tuple[object, ...]:
         pkg.source,
         pkg.index,
         pkg.tree_digest,
-        pkg.native,
+        # ABI facts are relations between packages, not the package's bytes:
+        # they are compared as breaks (``abi_breaks``), never as a package change.
+        tuple(replace(lib, takes={}, provides=()) if lib.takes or lib.provides else lib for lib in pkg.native),
         scripts,
         pkg.source_tree,
         pkg.artifacts,
@@ -237,6 +244,7 @@ def diff_pair(pair: LockPair, a_label: str, b_label: str) -> LockDiff:
         packages_a=len(pair.names_a),
         packages_b=len(pair.names_b),
         unchanged=common - changed_common,
+        abi_breaks=tuple(abi_breaks(a, b)),
     )
 
 

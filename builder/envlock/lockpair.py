@@ -14,9 +14,11 @@ tool wrote is read by ``lock.foreign``):
   package needs or provides (it may provide what the other side lost, or
   need what the other side dropped);
 - when the two hosts' glibc differ, every identical package that needs a
-  ``GLIBC_`` version.
+  ``GLIBC_`` version;
+- an identical package whose libraries take symbols from a differing
+  package (ABI facts, ``envlock.abi``).
 
-That is exactly the set whose load verdict (``loadable``) can differ
+That is exactly the set whose load verdict (``loadable``) or ABI breaks can differ
 between the two sides, so the comparison gives the same answer as with
 both locks parsed whole (a property test checks this). Identical blocks
 that are not parsed are not validated either: nothing reported depends on
@@ -173,12 +175,16 @@ def _pair_from_blocks(a: LockText, b: LockText) -> LockPair:
     tables_b = _tables(b, b.blocks.keys() - same)
     names = _library_names(tables_a) | _library_names(tables_b)
     glibc_differs = _glibc(head_a) != _glibc(head_b)
+    # ABI facts: a kept library's ``takes`` table names the providing package.
+    takers = [f"\n{name} = [" for name in (a.blocks.keys() | b.blocks.keys()) - same]
     relevant = set()
     for name in same:
         block = a.blocks[name]
         if _NATIVE not in block:
             continue
         if (glibc_differs and "GLIBC" in block) or any(f'{lib}"' in block for lib in names):
+            relevant.add(name)
+        elif ".takes]" in block and any(taker in block for taker in takers):
             relevant.add(name)
     extra = _tables(a, relevant)
     return LockPair(

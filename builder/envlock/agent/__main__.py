@@ -86,9 +86,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             jobs = args.jobs or min(32, (os.cpu_count() or 1) * 2)
             described = describe_venv(args.venv)
             _emit(described)
-            found, stats, _entries = inventory(
+            found, stats, entries = inventory(
                 args.venv, described["dists"], jobs=jobs, use_cache=not args.no_cache
             )
+            if not os.environ.get("ENVLOCK_NO_ABI_FACTS"):
+                # ABI facts: which symbols each library binds from another distribution's.
+                from envlock.agent.abi import cached_abi_imports
+                from envlock.agent.snapshot import default_cache_path
+
+                venv = os.path.abspath(args.venv)
+                stat_cache = default_cache_path(venv) if not args.no_cache else None
+                found["abi"] = cached_abi_imports(
+                    venv,
+                    described["site"],
+                    described["dists"],
+                    found["native"],
+                    {rel: entry[4] for rel, entry in entries.items() if rel in found["native"]},
+                    stat_cache.replace("stat-", "abi-") if stat_cache else None,
+                )
             if args.bytecode:
                 from envlock.agent.bytecode import damaged_bytecode
 

@@ -144,6 +144,9 @@ class Inventory(_InventoryRequired, total=False):
     # Where the host's loader finds each DT_NEEDED name no library of the venv
     # provides (None: not found); read by review (docs/lock-format.md).
     host_libraries: Dict[str, Optional[str]]
+    # ABI facts (``envlock.agent.abi``): per library, the symbols it binds from
+    # each library of another distribution, ``name@VERSION`` when versioned.
+    abi: Dict[str, Dict[str, List[str]]]
 
 
 class HashStats(TypedDict):

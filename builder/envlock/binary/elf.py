@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 ELF_MAGIC = b"\x7fELF"
@@ -174,6 +174,13 @@ class LinkFacts:
     undefined: Tuple[str, ...]
     sections: Tuple[SectionInfo, ...]
     file_size: int
+    # With ``symbol_versions=True`` only (ABI facts, docs/lock-format.md): ``undefined``
+    # again with each versioned reference spelled ``name@VERSION``, and every
+    # versioned definition as ``name@VERSION`` (default and hidden alike).
+    undefined_versioned: Tuple[str, ...] = ()
+    exported_versioned: FrozenSet[str] = frozenset()
+    # The library each needed version comes from (``GLIBCXX_3.4.21`` -> libstdc++.so.6).
+    version_files: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
 
     def section(self, name: str) -> Optional[SectionInfo]:
         for section in self.sections:
@@ -182,18 +189,20 @@ class LinkFacts:
         return None
 
 
-def read_link_facts(stream: IO[bytes]) -> LinkFacts:
+def read_link_facts(stream: IO[bytes], symbol_versions: bool = False) -> LinkFacts:
     """Link facts of one ELF file; raises ElfError when it cannot be parsed.
 
     pyelftools reads the headers, the dynamic section and the version
     sections; the symbol table is unpacked with ``struct`` straight from the
     section bytes, because building a pyelftools object per symbol costs
     seconds on libtorch-sized tables (75,000 symbols and more).
+    ``symbol_versions`` also reads ``.gnu.version`` to spell versioned
+    symbols ``name@VERSION`` (``undefined_versioned``, ``exported_versioned``).
     """
     from elftools.common.exceptions import ELFError
 
     try:
-        return _read_link_facts(stream)
+        return _read_link_facts(stream, symbol_versions)
     except (ELFError, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error) as exc:
         raise ElfError(str(exc) or type(exc).__name__) from exc
     except Exception as exc:  # pyelftools raises construct errors on truncation
@@ -202,7 +211,7 @@ def read_link_facts(stream: IO[bytes]) -> LinkFacts:
         raise
 
 
-def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
+def _read_link_facts(stream: IO[bytes], symbol_versions: bool = False) -> LinkFacts:
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
@@ -220,6 +229,8 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
     version_defs: List[str] = []
     exported: FrozenSet[str] = frozenset()
     undefined: Tuple[str, ...] = ()
+    versioned: Tuple[Tuple[str, ...], FrozenSet[str]] = ((), frozenset())
+    version_files: Dict[str, Tuple[str, ...]] = {}
     for index, (info, link) in enumerate(headers):
         # Only these sections become pyelftools objects: making one for every
         # section also builds the GNU hash table, 70 ms on libtorch_cpu.so.
@@ -233,6 +244,8 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
             for verneed, auxiliaries in verneed_section.iter_versions():
                 names = tuple(aux.name for aux in auxiliaries)
                 version_needs[verneed.name] = version_needs.get(verneed.name, ()) + names
+                for name in names:
+                    version_files[name] = version_files.get(name, ()) + (verneed.name,)
         elif info.type == "SHT_GNU_verdef":
             verdef_section = elf.get_section(index)
             assert isinstance(verdef_section, GNUVerDefSection)
@@ -240,12 +253,12 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
                 version_defs.extend(aux.name for aux in auxiliaries)
         elif info.type == "SHT_DYNSYM" and 0 < link < len(headers):
             strtab = headers[link][0]
-            exported, undefined = _dynamic_symbols(
-                _read_at(stream, info.offset, info.size),
-                _read_at(stream, strtab.offset, strtab.size),
-                elf.elfclass,
-                elf.little_endian,
-            )
+            table = _read_at(stream, info.offset, info.size)
+            strings = _read_at(stream, strtab.offset, strtab.size)
+            exported, undefined = _dynamic_symbols(table, strings, elf.elfclass, elf.little_endian)
+            if symbol_versions:
+                read = lambda offset, size: _read_at(stream, offset, size)  # noqa: E731
+                versioned = _versioned_symbols(read, headers, table, strings, elf.elfclass, elf.little_endian)
     return LinkFacts(
         machine=elf["e_machine"],
         elf_class=elf.elfclass,
@@ -260,6 +273,9 @@ def _read_link_facts(stream: IO[bytes]) -> LinkFacts:
         undefined=undefined,
         sections=tuple(info for info, _link in headers),
         file_size=file_size,
+        undefined_versioned=versioned[0],
+        exported_versioned=versioned[1],
+        version_files=version_files if symbol_versions else {},
     )
 
 
@@ -372,3 +388,115 @@ def _dynamic_symbols(
         ):
             exported.append(strings[name_at : find(b"\0", name_at)].decode("latin-1"))
     return frozenset(exported), tuple(undefined)
+
+
+# --- symbol versions: ``name@VERSION`` as ld.so binds them --------------------
+
+_VER_NDX_GLOBAL = 1
+_VERSYM_HIDDEN = 0x8000
+
+
+def symbol_key(name: str, version: Optional[str]) -> str:
+    """``name@VERSION`` for a versioned symbol, the bare name otherwise."""
+    return name + "@" + version if version else name
+
+
+def _version_names(
+    read: Callable[[int, int], bytes], headers: List[Tuple[SectionInfo, int]], order: str
+) -> Dict[int, str]:
+    """Version index -> name, from SHT_GNU_verdef (definitions) and SHT_GNU_verneed (needs).
+
+    Unpacked with ``struct`` (gABI layouts); every walk is bounded by its
+    section's size, so a hostile ``vd_next`` cannot loop.
+    """
+    names: Dict[int, str] = {}
+    for info, link in headers:
+        if info.type not in ("SHT_GNU_verdef", "SHT_GNU_verneed") or not 0 < link < len(headers):
+            continue
+        data = read(info.offset, info.size)
+        strtab = headers[link][0]
+        strings = read(strtab.offset, strtab.size)
+
+        def text(at: int) -> str:
+            end = strings.find(b"\0", at)
+            return strings[at : end if end >= 0 else len(strings)].decode("latin-1")
+
+        at, budget = 0, info.size // 16 + 1
+        while 0 <= at and at + 16 <= len(data) and budget > 0:
+            budget -= 1
+            if info.type == "SHT_GNU_verdef":
+                _v, flags, ndx, count, _h, aux, following = struct.unpack_from(order + "HHHHIII", data, at)
+                if count and not flags & 1 and at + aux + 8 <= len(data):  # VER_FLG_BASE: the file itself
+                    names[ndx] = text(struct.unpack_from(order + "I", data, at + aux)[0])
+            else:
+                _v, count, _file, aux, following = struct.unpack_from(order + "HHIII", data, at)
+                where = at + aux
+                for _ in range(min(count, info.size // 16 + 1)):
+                    if where + 16 > len(data):
+                        break
+                    _hash, _flags, other, name_at, step = struct.unpack_from(order + "IHHII", data, where)
+                    names[other] = text(name_at)
+                    if not step:
+                        break
+                    where += step
+            if not following:
+                break
+            at += following
+    return names
+
+
+def _versioned_symbols(
+    read: Callable[[int, int], bytes],
+    headers: List[Tuple[SectionInfo, int]],
+    table: bytes,
+    strings: bytes,
+    elf_class: int,
+    little_endian: bool,
+) -> Tuple[Tuple[str, ...], FrozenSet[str]]:
+    """(strong undefined symbols, versioned definitions), each spelled ``name@VERSION``
+    when ``.gnu.version`` gives it one; the same selection as ``_dynamic_symbols``."""
+    order = "<" if little_endian else ">"
+    versym = next((info for info, _link in headers if info.type == "SHT_GNU_versym"), None)
+    indexes: Tuple[int, ...] = ()
+    names: Dict[int, str] = {}
+    if versym is not None:
+        raw = read(versym.offset, versym.size)
+        indexes = struct.unpack(order + "%dH" % (len(raw) // 2), raw[: len(raw) - len(raw) % 2])
+        names = _version_names(read, headers, order)
+    layout = struct.Struct(order + ("IBBH16x" if elf_class == 64 else "I8xBBH"))
+    usable = len(table) - len(table) % layout.size
+    find = strings.find
+    undefined: List[str] = []
+    defined: List[str] = []
+    for position, (name_at, info, other, shndx) in enumerate(layout.iter_unpack(table[:usable])):
+        if not name_at:
+            continue
+        bind = info >> 4
+        index = (indexes[position] & ~_VERSYM_HIDDEN) if position < len(indexes) else _VER_NDX_GLOBAL
+        version = names.get(index) if index > _VER_NDX_GLOBAL else None
+        if shndx == 0:
+            if bind == _STB_GLOBAL:
+                undefined.append(symbol_key(strings[name_at : find(b"\0", name_at)].decode("latin-1"), version))
+        elif (
+            version
+            and bind in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE)
+            and other & 3 in (_STV_DEFAULT, _STV_PROTECTED)
+            and info & 0xF not in (_STT_SECTION, _STT_FILE)
+        ):
+            defined.append(symbol_key(strings[name_at : find(b"\0", name_at)].decode("latin-1"), version))
+    return tuple(undefined), frozenset(defined)
+
+
+def binds(reference: str, exported: FrozenSet[str], exported_versioned: FrozenSet[str], versioned: bool) -> bool:
+    """Does a library with these exports satisfy ``reference`` (``name`` or ``name@VERSION``)?
+
+    As ld.so: a versioned reference needs that version defined, unless the
+    library defines no versions at all (``versioned`` False: ld.so binds the
+    plain name); a plain reference binds any definition of the name.
+    """
+    name, _at, version = reference.partition("@")
+    if not version:
+        return name in exported
+    if versioned:
+        return reference in exported_versioned
+    return name in exported

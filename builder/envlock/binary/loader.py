@@ -21,7 +21,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional,
 
 from envlock.binary.cuda import LOAD_OK, WONT_LOAD, DriverVersion, runtime_driver_problem
 from envlock.binary.driver import driver_library
-from envlock.binary.elf import LinkFacts
+from envlock.binary.elf import LinkFacts, binds
 
 # torch's C++ ABI: a symbol of these missing means "built against another torch".
 TORCH_ABI_PREFIXES = ("_ZN3c10", "_ZN2at", "_ZN5torch", "_ZNK3c10", "_ZNK2at", "_ZNK5torch")
@@ -278,6 +278,43 @@ class Loader:
             self._residue[obj] = self._unbound(facts.undefined if facts else (), obj)
         residue = self._residue[obj]
         return residue if not residue or root == obj else self._unbound(residue, root)
+
+    def bindings(self, path: str) -> Dict[str, str]:
+        """Where each strong undefined symbol of ``path`` binds (ABI facts, docs/lock-format.md).
+
+        The first object that exports it, in ``path``'s load scope: its
+        DT_NEEDED closure in load order, then the libraries of
+        ``preload_dirs`` (torch maps torch/lib and the nvidia wheels' libraries
+        before any extension is imported, so an extension binds to them
+        without naming them). Symbols are ``name@VERSION`` when versioned,
+        matched as ld.so matches them (``binary.elf.binds``); facts must be
+        read with ``symbol_versions=True``. Symbols nothing here exports (the
+        host's libc, the interpreter's C API) are left out.
+        """
+        facts = self.facts(path)
+        if facts is None or not facts.undefined_versioned:
+            return {}
+        scope = [p for p in self.closure(path).order[1:]]
+        preload = {os.path.normpath(d) for d in self.preload_dirs}
+        scope += [p for p in sorted(self.files) if os.path.dirname(p) in preload and p not in scope]
+        providers = []
+        for where in scope:
+            other = self.facts(where) if where != path else None
+            if other is not None and other.exported:
+                providers.append((where, other))
+        bound: Dict[str, str] = {}
+        for symbol in facts.undefined_versioned:
+            # A versioned reference names the library it was linked against
+            # (``GLIBCXX_3.4.21`` from libstdc++.so.6): a venv library that
+            # bundles a copy of those symbols (libcufile) is not where it binds.
+            files = facts.version_files.get(symbol.partition("@")[2], ())
+            for where, other in providers:
+                if files and (other.soname or os.path.basename(where)) not in files:
+                    continue
+                if binds(symbol, other.exported, other.exported_versioned, bool(other.exported_versioned)):
+                    bound[symbol] = where
+                    break
+        return bound
 
     # -- the verdict ------------------------------------------------------------
 

@@ -10,10 +10,12 @@ from urllib.parse import unquote, urlparse
 from packaging.utils import canonicalize_name
 
 from envlock.agent.protocol import DistFacts, Inventory, VenvDescription
+from envlock.abi import with_abi_facts
 from envlock.capture.agentcall import Snapshot
 from envlock.capture.files import (
     DistFiles,
     collect_files,
+    lock_path_of,
     scaffold_rows,
     top_level_names,
     unowned_paths,
@@ -118,6 +120,7 @@ def build_lock(
             )
         )
 
+    packages = with_abi_facts(packages, _abi_takes(inventory, described["site"]))
     unowned = unowned_paths(snapshot.files, owners, manifest_rows)
     for egg in described["egg_infos"]:
         warnings.append(f"{egg}: legacy egg-info distribution is not captured; reinstall it as a wheel")
@@ -195,6 +198,14 @@ def _pack_editable_source(
     step(f"pack the source of editable {dist['name']} ({path})")
     data = run_agent(transport, venv, ["pack-source", "--dir", path])
     return SourceTree(path=path, sha256=store.put_blob(data), size=len(data))
+
+
+def _abi_takes(inventory: Inventory, site: str) -> dict[str, dict[str, list[str]]]:
+    """The agent's ABI facts (venv-relative paths) in the lock's terms (``site-packages/...``)."""
+    return {
+        lock_path_of(site, library): {lock_path_of(site, source): symbols for source, symbols in sources.items()}
+        for library, sources in inventory.get("abi", {}).items()
+    }
 
 
 def host_library_facts(inventory: Inventory, packages: Iterable[Package]) -> HostLibraries | None:

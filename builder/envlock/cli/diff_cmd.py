@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from envlock.abi import summarize, symbol_names
 from envlock.changes import LockDiff, PackageChange
 from envlock.cli.commands import summary
 from envlock.diff import diff
@@ -81,8 +82,28 @@ def result_json(result: LockDiff) -> dict[str, Any]:
         "environment": [{"what": e.what, "from": e.before, "to": e.after} for e in result.environment],
         "native": [_problem_json(p, result.a_label) for p in result.load_only_a]
         + [_problem_json(p, result.b_label) for p in result.load_only_b],
+        "abi": _abi_json(result),
         "notes": list(result.notes),
     }
+
+
+def _abi_json(result: LockDiff) -> list[dict[str, Any]]:
+    """Symbols libraries kept from a to b take from a provider that changed and lost them."""
+    names = symbol_names(result.abi_breaks)
+    return [
+        {
+            "package": item.consumer,
+            "library": item.library,
+            "provider": item.provider,
+            "provider_library": item.provider_library or None,
+            "symbol": item.symbol,
+            "demangled": names.get(item.symbol, item.symbol),
+            "from": item.provider_before,
+            "to": item.provider_after,
+            "detail": item.describe(names),
+        }
+        for item in result.abi_breaks
+    ]
 
 
 _KINDS = ("upgrade", "downgrade", "added", "removed", "artifact")
@@ -113,6 +134,9 @@ def render_text(result: LockDiff) -> str:
         if problems:
             lines.append(f"native, on {label} only:")
             lines += [f"  {problem.describe()}" for problem in problems]
+    if result.abi_breaks:
+        lines.append(f"abi, kept on {b} but its provider lost symbols:")
+        lines += [f"  {line}" for line in summarize(result.abi_breaks)]
     if result.environment:
         lines.append("environment:")
         lines += [f"  {change.describe()}" for change in result.environment]

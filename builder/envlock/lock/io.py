@@ -82,6 +82,10 @@ def _native_table(lib: NativeLib) -> dict[str, Any]:
         }
     if lib.error:
         table["error"] = lib.error
+    if lib.provides:
+        table["provides"] = sorted(lib.provides)
+    if lib.takes:
+        table["takes"] = {pkg: sorted(symbols) for pkg, symbols in sorted(lib.takes.items())}
     return table
 
 
@@ -327,7 +331,15 @@ def _native(r: _Reader, table: Mapping[str, Any], where: str) -> NativeLib:
         cuda_sections=r.get(table, "cuda-sections", dict, where, required=False) or {},
         cuda_images=_cuda_images(r, table, where),
         error=r.get(table, "error", str, where, required=False),
+        takes=_takes(r, table, where),
+        provides=r.strings(table, "provides", where),
     )
+
+
+def _takes(r: _Reader, table: Mapping[str, Any], where: str) -> dict[str, tuple[str, ...]]:
+    """ABI facts: providing package -> the symbols this library binds from it."""
+    takes = r.get(table, "takes", dict, where, required=False) or {}
+    return {pkg: r.strings(takes, pkg, f"{where}takes.") for pkg in takes}
 
 
 def _cuda_images(r: _Reader, table: Mapping[str, Any], where: str) -> CudaImages | None:

@@ -67,6 +67,12 @@ class NativeLib:
     cuda_sections: Mapping[str, int] = field(default_factory=dict)
     cuda_images: CudaImages | None = None
     error: str | None = None
+    # ABI facts (docs/lock-format.md): the symbols this library binds from
+    # libraries of other packages, per providing package, sorted, spelled
+    # ``name@VERSION`` when versioned; and the symbols of this library that
+    # other packages' libraries bind. Not covered by the lock digest.
+    takes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    provides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

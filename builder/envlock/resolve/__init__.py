@@ -90,6 +90,7 @@ def lock_host(
         store=store,
         lock_dir=workspace.locks_dir,
     )
+    _check_abi(profile, reference, lock)
     if check:
         same = workspace.lock_is_current(host, lock, manifest)
         staleness, unreadable = (None, None) if same else _against_disk(workspace, host, lock)
@@ -121,6 +122,35 @@ def _against_disk(workspace: Workspace, host: str, fresh: Lock) -> tuple[LockDif
     except EnvlockError as exc:
         return None, str(exc)
     return diff_locks(on_disk, fresh, "on disk", "fresh"), None
+
+
+def _check_abi(profile: HostProfile, reference: Lock, lock: Lock) -> None:
+    """Refuse a target lock in which a library kept from the reference loses a symbol it
+    takes from a package that changed (ABI facts, ``envlock.abi``)."""
+    import os
+
+    from envlock.abi import abi_breaks, summarize
+    from envlock.resolve.assemble import NO_ABI_CHECK
+
+    if os.environ.get(NO_ABI_CHECK):
+        return
+    breaks = abi_breaks(reference, lock)
+    if not breaks:
+        return
+    lines = summarize(breaks)
+    first = breaks[0]
+    pins = sorted({f'"{b.provider}=={b.provider_before}"' for b in breaks})
+    consumers = sorted({b.consumer for b in breaks})
+    fix = (
+        f"keep what they were built against ({profile.path}: [lock] pins = [{', '.join(pins)}]) "
+        f"or rebuild {', '.join(consumers)} against {first.provider} {first.provider_after or '(removed)'}"
+    )
+    count = f"{len(breaks)} symbol(s) lost" if len(breaks) > 1 else "a symbol lost"
+    raise ResolveError(
+        f"ABI break for {profile.name} ({count}): " + "; ".join(lines[:4])
+        + (f"; and {len(lines) - 4} more" if len(lines) > 4 else "")
+        + f"; {fix}"
+    )
 
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:

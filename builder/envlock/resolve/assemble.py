@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from envlock.abi import provides_from_exports, taken_from
 from envlock.agent.layout import relocate
 from envlock.fetch import blob
 from envlock.lock.compare import version_kind
@@ -19,6 +20,8 @@ from envlock.resolve.wheelrows import wheel_layout
 from envlock.store import Store
 from envlock.tags import abi_tag
 
+# Set (to anything) to lock without ABI facts or checks: the benchmark's anchor.
+NO_ABI_CHECK = "ENVLOCK_NO_ABI_CHECK"
 _PATH_FREE_SCAFFOLD = (".lock", ".gitignore", "CACHEDIR.TAG")
 
 
@@ -101,6 +104,9 @@ def build_target_lock(
     packages: list[Package] = []
     deviations: dict[str, str] = {}
     rows: list[FileEntry] = []
+    # ABI facts: what the reference's libraries take from each package; a new
+    # wheel of such a package records which of those symbols it still exports.
+    wanted = {} if os.environ.get(NO_ABI_CHECK) else taken_from(reference)
     by_owner: dict[str, list[FileEntry]] = {}
     for row in reference_rows:
         by_owner.setdefault(row.owner, []).append(row)
@@ -116,14 +122,13 @@ def build_target_lock(
             rows.extend(pkg_rows)
             continue
         path = finder.local_path(cand)
-        layout = wheel_layout(path, name, venv, env.major_minor)
+        layout = wheel_layout(path, name, venv, env.major_minor, exports=name in wanted)
         scripts = {rel: store.put_blob(data) for rel, data in layout.scripts.items()}
         requires, requires_python = finder.metadata(cand)
         rows.extend(layout.rows)
         reason = deviation_reason(finder, cand, ref, needed_by.get(name))
         deviations[name] = reason or ""
-        packages.append(
-            Package(
+        package = Package(
                 name=name,
                 version=str(cand.version),
                 wheel=_artifact(cand, path, lock_dir),
@@ -140,7 +145,9 @@ def build_target_lock(
                 scripts=scripts,
                 native=layout.native,
             )
-        )
+        if name in wanted:
+            package = provides_from_exports(package, layout.exports, wanted[name])
+        packages.append(package)
     # Creator files whose bytes do not depend on the path or the Python (uv's
     # `.lock`, `.gitignore`, `CACHEDIR.TAG`): apply keeps exactly these.
     rows.extend(r for r in by_owner.get(":venv", []) if r.path in _PATH_FREE_SCAFFOLD)

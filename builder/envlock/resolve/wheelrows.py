@@ -21,7 +21,8 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 from envlock.agent.layout import is_bookkeeping, is_library_name, unshebang
-from envlock.binary.elf import ElfError, is_elf, read_elf_facts
+from envlock.abi import Exports
+from envlock.binary.elf import ElfError, is_elf, read_elf_facts, read_link_facts
 from envlock.capture.files import native_lib, top_level_names
 from envlock.lock.model import FileEntry, NativeLib
 
@@ -45,6 +46,7 @@ class WheelLayout:
     requires_dist: tuple[str, ...]
     requires_python: str | None
     wheel_tags: tuple[str, ...]
+    exports: tuple[Exports, ...] = ()  # with ``exports=True`` only: ABI facts (envlock.abi)
 
 
 def entry_point_script(venv: str, spec: str) -> bytes:
@@ -57,9 +59,12 @@ def entry_point_script(venv: str, spec: str) -> bytes:
     ).encode()
 
 
-def wheel_layout(path: Path, owner: str, venv: str, python_mm: str) -> WheelLayout:
+def wheel_layout(path: Path, owner: str, venv: str, python_mm: str, exports: bool = False) -> WheelLayout:
+    """The rows, native facts, scripts and metadata a wheel installs; ``exports``: also
+    each library's exported symbols (what a kept extension may take from it)."""
     rows: list[FileEntry] = []
     native: list[NativeLib] = []
+    exported: list[Exports] = []
     scripts: dict[str, bytes] = {}
     with zipfile.ZipFile(path) as archive:
         infos = [i for i in archive.infolist() if not i.is_dir()]
@@ -84,6 +89,8 @@ def wheel_layout(path: Path, owner: str, venv: str, python_mm: str) -> WheelLayo
             )
             if is_library_name(target) and is_elf(data[:4]):
                 native.append(_native(target, sha, data))
+                if exports:
+                    exported.extend(_exports(target, data))
         metadata = archive.read(f"{dist_info}/METADATA").decode("utf-8")
         wheel_text = archive.read(f"{dist_info}/WHEEL").decode("utf-8")
         entry_points = _read_optional(archive, f"{dist_info}/entry_points.txt")
@@ -115,7 +122,16 @@ def wheel_layout(path: Path, owner: str, venv: str, python_mm: str) -> WheelLayo
         requires_dist=tuple(v.strip() for v in message.get_all("Requires-Dist") or []),
         requires_python=(message.get("Requires-Python") or "").strip() or None,
         wheel_tags=tags,
+        exports=tuple(exported),
     )
+
+
+def _exports(path: str, data: bytes) -> list[Exports]:
+    try:
+        facts = read_link_facts(io.BytesIO(data), symbol_versions=True)
+    except ElfError:
+        return []  # unreadable: it provides nothing, and its native facts say why
+    return [Exports(path=path, exported=facts.exported, versioned=facts.exported_versioned)]
 
 
 def _native(path: str, sha: str, data: bytes) -> NativeLib:

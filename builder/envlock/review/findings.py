@@ -5,6 +5,7 @@
 | the lock's digest does not cover what it says (edited by hand) | digest-mismatch | block |
 | same version, same file name, other sha256 (index or direct wheel) | same-name-different-bytes | block |
 | no image left for a host compute capability | gpu-arch-lost | block |
+| a kept library takes a symbol its changed provider no longer exports | abi-break | block |
 | won't load: a NEEDED no package ships that the host lacks; glibc too new | native-unloadable | block |
 | a NEEDED no package ships, on a lock without host facts | host-library-unknown | warn |
 | locally built or modified package added or changed | local-build | warn |
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from envlock.abi import AbiBreak, summarize
 from envlock.changes import LockDiff, PackageChange, all_artifacts, artifact_change
 from envlock.loadable import LoadProblem, is_host_library, library_label
 from envlock.lock.compare import compare_rows
@@ -173,6 +175,18 @@ def load_finding(problem: LoadProblem, unchanged: bool) -> Finding:
     return Finding(code, severity, detail)
 
 
+def abi_findings(diff: LockDiff) -> list[Finding]:
+    """One blocking finding per kept library and provider whose symbols the head lost
+    (``envlock.abi``), against the package that will fail to import."""
+    groups: dict[tuple[str, str, str], list[AbiBreak]] = {}
+    for item in diff.abi_breaks:
+        groups.setdefault((item.consumer, item.library, item.provider), []).append(item)
+    found = []
+    for line, group in zip(summarize(diff.abi_breaks), groups.values(), strict=True):
+        found.append(Finding("abi-break", "block", line + " (the package itself did not change)", group[0].consumer))
+    return found
+
+
 def file_lines(package: str, base: Sequence[FileEntry], head: Sequence[FileEntry]) -> tuple[str, ...]:
     drift = compare_rows([r for r in base if r.owner == package], [r for r in head if r.owner == package])
     lines = []
@@ -218,6 +232,7 @@ def review_diff(
     changes = {c.name: c for c in diff.changes}
     for change in diff.changes:
         by_package[change.name] = package_findings(change, ccs, yanked)
+    lock_findings += abi_findings(diff)
     for problem in diff.load_only_b:
         if problem.package in changes:
             by_package[problem.package].insert(0, load_finding(problem, unchanged=False))
