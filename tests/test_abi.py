@@ -37,9 +37,10 @@ GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+CHECK_INT = "void check(int x) { if (x < 0) throw x; }\n"
 PROVIDER = {
-    "1.0": "int device_count() { return 1; }\nvoid check(int x) { if (x < 0) throw x; }\n",
-    "1.1": "int device_count() { return 2; }\nvoid check(int x) { if (x < 0) throw x; }\nint extra() { return 3; }\n",
+    "1.0": "int device_count() { return 1; }\n" + CHECK_INT,
+    "1.1": "int device_count() { return 2; }\n" + CHECK_INT + "int extra() { return 3; }\n",
     "2.0": "int device_count() { return 1; }\nvoid check(long x) { if (x < 0) throw x; }\n",
 }
 CONSUMER = """
@@ -59,7 +60,9 @@ def _gxx(*args: str) -> None:
 
 def _provider(work: Path, version: str) -> Path:
     src = work / f"c10-{version}.cpp"
-    src.write_text(f'namespace c10 {{\n{PROVIDER[version]}}}\nextern "C" int abi_c_entry(void) {{ return 7; }}\n')
+    src.write_text(
+        f'namespace c10 {{\n{PROVIDER[version]}}}\nextern "C" int abi_c_entry(void) {{ return 7; }}\n'
+    )
     script = work / "c10.map"
     script.write_text("ABITORCH_1 { global: abi_c_entry; };\n")
     out = work / version / "libc10.so"
@@ -186,7 +189,9 @@ def test_lock_accepts_a_compatible_provider_and_records_what_it_provides(fleet: 
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+    subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV}
+    )
 
 
 def _review(root: Path) -> tuple[int, list[dict[str, Any]]]:
@@ -230,8 +235,8 @@ def test_review_blocks_and_diff_shows_a_provider_upgrade_under_a_kept_extension(
     proc = run_envlock(root, "diff", str(base), str(root / "locks" / "pylock.ref.toml"), "--format", "json")
     assert proc.returncode == 1, proc.stderr
     abi = json.loads(proc.stdout)["result"]["abi"]
-    assert [(a["package"], a["library"], a["provider"], a["symbol"], a["demangled"], a["to"]) for a in abi] == [
-        ("abikern", LIB, "abitorch", "_ZN3c105checkEi", "c10::check(int)", "2.0")
-    ]
+    assert [
+        (a["package"], a["library"], a["provider"], a["symbol"], a["demangled"], a["to"]) for a in abi
+    ] == [("abikern", LIB, "abitorch", "_ZN3c105checkEi", "c10::check(int)", "2.0")]
     text = run_envlock(root, "diff", str(base), str(root / "locks" / "pylock.ref.toml")).stdout
     assert "abi, kept on" in text and "c10::check(int)" in text

@@ -49,7 +49,7 @@ class AbiBreak:
         where = posixpath.basename(self.provider_library) if self.provider_library else "its libraries"
         origin = f"{self.provider} ({where} in {self.provider_before})"
         if self.provider_after is None:
-            lost = f"which is not in the lock any more"
+            lost = "which is not in the lock any more"
         else:
             lost = f"which {self.provider} {self.provider_after} no longer exports"
         return f"{self.consumer} {library_label(self.library)}: takes {symbol} from {origin}, {lost}"
@@ -95,7 +95,7 @@ def _fallback_demangle(symbol: str) -> str:
     rest = rest[1:]
     if rest.startswith("K"):
         const, rest = True, rest[1:]
-    parts = []
+    parts: list[str] = []
     while rest and not rest.startswith("E"):
         if rest.startswith(("C1", "C2")):
             parts.append(parts[-1] if parts else "?")
@@ -122,7 +122,9 @@ def _fallback_demangle(symbol: str) -> str:
 # ---------------------------------------------------------------- facts
 
 
-def with_abi_facts(packages: Sequence[Package], takes: Mapping[str, Mapping[str, Sequence[str]]]) -> list[Package]:
+def with_abi_facts(
+    packages: Sequence[Package], takes: Mapping[str, Mapping[str, Sequence[str]]]
+) -> list[Package]:
     """Packages with ``takes``/``provides`` filled from ``{library: {providing library: symbols}}``
     (lock paths, ``site-packages/...``); bindings inside one package are dropped."""
     owner = {lib.path: pkg.name for pkg in packages for lib in pkg.native}

@@ -113,7 +113,9 @@ def _origin_key(pkg: Package, repointed: bool = False) -> tuple[object, ...]:
         pkg.tree_digest,
         # ABI facts are relations between packages, not the package's bytes:
         # they are compared as breaks (``abi_breaks``), never as a package change.
-        tuple(replace(lib, takes={}, provides=()) if lib.takes or lib.provides else lib for lib in pkg.native),
+        tuple(
+            replace(lib, takes={}, provides=()) if lib.takes or lib.provides else lib for lib in pkg.native
+        ),
         scripts,
         pkg.source_tree,
         pkg.artifacts,

@@ -182,9 +182,8 @@ def _pair_from_blocks(a: LockText, b: LockText) -> LockPair:
         block = a.blocks[name]
         if _NATIVE not in block:
             continue
-        if (glibc_differs and "GLIBC" in block) or any(f'{lib}"' in block for lib in names):
-            relevant.add(name)
-        elif ".takes]" in block and any(taker in block for taker in takers):
+        loads = (glibc_differs and "GLIBC" in block) or any(f'{lib}"' in block for lib in names)
+        if loads or (".takes]" in block and any(taker in block for taker in takers)):
             relevant.add(name)
     extra = _tables(a, relevant)
     return LockPair(

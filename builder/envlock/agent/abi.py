@@ -72,7 +72,10 @@ def abi_imports(
         if facts is not None:
             files[os.path.join(venv, rel)] = facts
     site_abs = os.path.join(venv, site)
-    preload = [os.path.join(site_abs, "torch", "lib"), *sorted(glob.glob(os.path.join(site_abs, "nvidia", "*", "lib")))]
+    preload = [
+        os.path.join(site_abs, "torch", "lib"),
+        *sorted(glob.glob(os.path.join(site_abs, "nvidia", "*", "lib"))),
+    ]
     # The host's libraries are read too (its libstdc++ comes before any venv
     # library in the load order), so a venv library that bundles a copy of
     # them (libcufile exports std:: symbols) is not mistaken for a provider.

@@ -245,7 +245,7 @@ def _read_link_facts(stream: IO[bytes], symbol_versions: bool = False) -> LinkFa
                 names = tuple(aux.name for aux in auxiliaries)
                 version_needs[verneed.name] = version_needs.get(verneed.name, ()) + names
                 for name in names:
-                    version_files[name] = version_files.get(name, ()) + (verneed.name,)
+                    version_files[name] = (*version_files.get(name, ()), verneed.name)
         elif info.type == "SHT_GNU_verdef":
             verdef_section = elf.get_section(index)
             assert isinstance(verdef_section, GNUVerDefSection)
@@ -401,6 +401,11 @@ def symbol_key(name: str, version: Optional[str]) -> str:
     return name + "@" + version if version else name
 
 
+def _c_string(strings: bytes, at: int) -> str:
+    end = strings.find(b"\0", at)
+    return strings[at : end if end >= 0 else len(strings)].decode("latin-1")
+
+
 def _version_names(
     read: Callable[[int, int], bytes], headers: List[Tuple[SectionInfo, int]], order: str
 ) -> Dict[int, str]:
@@ -416,18 +421,13 @@ def _version_names(
         data = read(info.offset, info.size)
         strtab = headers[link][0]
         strings = read(strtab.offset, strtab.size)
-
-        def text(at: int) -> str:
-            end = strings.find(b"\0", at)
-            return strings[at : end if end >= 0 else len(strings)].decode("latin-1")
-
         at, budget = 0, info.size // 16 + 1
-        while 0 <= at and at + 16 <= len(data) and budget > 0:
+        while at >= 0 and at + 16 <= len(data) and budget > 0:
             budget -= 1
             if info.type == "SHT_GNU_verdef":
                 _v, flags, ndx, count, _h, aux, following = struct.unpack_from(order + "HHHHIII", data, at)
                 if count and not flags & 1 and at + aux + 8 <= len(data):  # VER_FLG_BASE: the file itself
-                    names[ndx] = text(struct.unpack_from(order + "I", data, at + aux)[0])
+                    names[ndx] = _c_string(strings, struct.unpack_from(order + "I", data, at + aux)[0])
             else:
                 _v, count, _file, aux, following = struct.unpack_from(order + "HHIII", data, at)
                 where = at + aux
@@ -435,7 +435,7 @@ def _version_names(
                     if where + 16 > len(data):
                         break
                     _hash, _flags, other, name_at, step = struct.unpack_from(order + "IHHII", data, where)
-                    names[other] = text(name_at)
+                    names[other] = _c_string(strings, name_at)
                     if not step:
                         break
                     where += step
@@ -461,7 +461,7 @@ def _versioned_symbols(
     names: Dict[int, str] = {}
     if versym is not None:
         raw = read(versym.offset, versym.size)
-        indexes = struct.unpack(order + "%dH" % (len(raw) // 2), raw[: len(raw) - len(raw) % 2])
+        indexes = struct.unpack(f"{order}{len(raw) // 2}H", raw[: len(raw) - len(raw) % 2])
         names = _version_names(read, headers, order)
     layout = struct.Struct(order + ("IBBH16x" if elf_class == 64 else "I8xBBH"))
     usable = len(table) - len(table) % layout.size
@@ -476,7 +476,9 @@ def _versioned_symbols(
         version = names.get(index) if index > _VER_NDX_GLOBAL else None
         if shndx == 0:
             if bind == _STB_GLOBAL:
-                undefined.append(symbol_key(strings[name_at : find(b"\0", name_at)].decode("latin-1"), version))
+                undefined.append(
+                    symbol_key(strings[name_at : find(b"\0", name_at)].decode("latin-1"), version)
+                )
         elif (
             version
             and bind in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE)
@@ -487,7 +489,9 @@ def _versioned_symbols(
     return tuple(undefined), frozenset(defined)
 
 
-def binds(reference: str, exported: FrozenSet[str], exported_versioned: FrozenSet[str], versioned: bool) -> bool:
+def binds(
+    reference: str, exported: FrozenSet[str], exported_versioned: FrozenSet[str], versioned: bool
+) -> bool:
     """Does a library with these exports satisfy ``reference`` (``name`` or ``name@VERSION``)?
 
     As ld.so: a versioned reference needs that version defined, unless the

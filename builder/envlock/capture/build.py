@@ -9,8 +9,8 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from envlock.agent.protocol import DistFacts, Inventory, VenvDescription
 from envlock.abi import with_abi_facts
+from envlock.agent.protocol import DistFacts, Inventory, VenvDescription
 from envlock.capture.agentcall import Snapshot
 from envlock.capture.files import (
     DistFiles,
@@ -203,7 +203,9 @@ def _pack_editable_source(
 def _abi_takes(inventory: Inventory, site: str) -> dict[str, dict[str, list[str]]]:
     """The agent's ABI facts (venv-relative paths) in the lock's terms (``site-packages/...``)."""
     return {
-        lock_path_of(site, library): {lock_path_of(site, source): symbols for source, symbols in sources.items()}
+        lock_path_of(site, library): {
+            lock_path_of(site, source): symbols for source, symbols in sources.items()
+        }
         for library, sources in inventory.get("abi", {}).items()
     }
 

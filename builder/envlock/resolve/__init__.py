@@ -147,7 +147,8 @@ def _check_abi(profile: HostProfile, reference: Lock, lock: Lock) -> None:
     )
     count = f"{len(breaks)} symbol(s) lost" if len(breaks) > 1 else "a symbol lost"
     raise ResolveError(
-        f"ABI break for {profile.name} ({count}): " + "; ".join(lines[:4])
+        f"ABI break for {profile.name} ({count}): "
+        + "; ".join(lines[:4])
         + (f"; and {len(lines) - 4} more" if len(lines) > 4 else "")
         + f"; {fix}"
     )

@@ -129,22 +129,22 @@ def build_target_lock(
         reason = deviation_reason(finder, cand, ref, needed_by.get(name))
         deviations[name] = reason or ""
         package = Package(
-                name=name,
-                version=str(cand.version),
-                wheel=_artifact(cand, path, lock_dir),
-                source=cand.source,
-                index=cand.index,
-                requires_python=requires_python,
-                requires_dist=requires,
-                top_level=layout.top_level,
-                wheel_tags=layout.wheel_tags,
-                tree_digest=tree_digest(layout.rows),
-                file_count=len(layout.rows),
-                size=sum(r.size for r in layout.rows),
-                reason=reason,
-                scripts=scripts,
-                native=layout.native,
-            )
+            name=name,
+            version=str(cand.version),
+            wheel=_artifact(cand, path, lock_dir),
+            source=cand.source,
+            index=cand.index,
+            requires_python=requires_python,
+            requires_dist=requires,
+            top_level=layout.top_level,
+            wheel_tags=layout.wheel_tags,
+            tree_digest=tree_digest(layout.rows),
+            file_count=len(layout.rows),
+            size=sum(r.size for r in layout.rows),
+            reason=reason,
+            scripts=scripts,
+            native=layout.native,
+        )
         if name in wanted:
             package = provides_from_exports(package, layout.exports, wanted[name])
         packages.append(package)

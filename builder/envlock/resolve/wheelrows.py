@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
-from envlock.agent.layout import is_bookkeeping, is_library_name, unshebang
 from envlock.abi import Exports
+from envlock.agent.layout import is_bookkeeping, is_library_name, unshebang
 from envlock.binary.elf import ElfError, is_elf, read_elf_facts, read_link_facts
 from envlock.capture.files import native_lib, top_level_names
 from envlock.lock.model import FileEntry, NativeLib

@@ -183,7 +183,9 @@ def abi_findings(diff: LockDiff) -> list[Finding]:
         groups.setdefault((item.consumer, item.library, item.provider), []).append(item)
     found = []
     for line, group in zip(summarize(diff.abi_breaks), groups.values(), strict=True):
-        found.append(Finding("abi-break", "block", line + " (the package itself did not change)", group[0].consumer))
+        found.append(
+            Finding("abi-break", "block", line + " (the package itself did not change)", group[0].consumer)
+        )
     return found
 
 
