@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import abi_bench
 import apply_bench
 import capture_bench
 import diff_bench
@@ -30,6 +31,7 @@ BENCHES = {
     "apply": apply_bench,
     "lock": lock_bench,
     "smoke": smoke_bench,
+    "abi": abi_bench,
 }
 
 
