@@ -16,7 +16,7 @@ RPATH/RUNPATH: wheels find each other's libraries through ``$ORIGIN``
 paths into sibling packages (``nvidia/*/lib``) or because torch loads them
 first, so "some package of this venv ships it" is the question that
 separates the seed-case failure from a working venv. Torch ABI symbols
-(``_ZN3c10...``) need the undefined-symbol lists, which locks do not carry.
+(``_ZN3c10...``) are the lock's ABI facts, checked by ``envlock.abi``.
 """
 
 from __future__ import annotations
