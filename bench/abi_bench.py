@@ -2,7 +2,7 @@
 
 On the ~5.6 GB torch GPU venv. The target pins a rebuilt CUDA runtime
 (`nvidia-cuda-runtime 13.0.96+abibench`: the index wheel's files under
-another local version, served from a find-links directory), so the target
+another local version, served from a second PEP 503 tree), so the target
 lock changes a package that torch's libraries take ~230 symbols from and
 the ABI check has real work: read the new wheel's exports, record what it
 provides, check every kept library against it.
@@ -15,8 +15,9 @@ provides, check every kept library against it.
 
 Both resolve the same target against the same index, alternating, as whole
 processes. Also reported: the lock's size with and without the facts, the
-number of symbol bindings recorded, and the agent's ABI pass on a cold
-cache (in process). Target: at most 1.3x.
+number of symbol bindings recorded, the agent's ABI pass on a cold cache
+(in process), and a warm capture with and without the facts (the ABI pass
+is cached by the libraries' sha256). Target: at most 1.3x.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from common import BIN, gpu_venv, run, save_result
+from common import BIN, build_index, gpu_venv, run, save_result
 
 RUNTIME = "nvidia_cuda_runtime-13.0.96"
 VARIANT = "13.0.96+abibench"
@@ -79,9 +80,9 @@ def _variant(wheelhouse: Path, links: Path) -> Path:
     return target
 
 
-def _workspace(root: Path, venv: Path, url: str, links: Path, target: Path) -> None:
+def _workspace(root: Path, venv: Path, url: str, extra: str, target: Path) -> None:
     (root / "hosts").mkdir(parents=True, exist_ok=True)
-    index = f'[index]\nurls = ["{url}"]\nfind_links = ["{links}"]\n'
+    index = f'[index]\nurls = ["{url}", "{extra}"]\n'
     (root / "hosts" / "ref.toml").write_text(f'venv = "{venv}"\n{index}')
     python = (venv / "bin" / "python").resolve()
     version = subprocess.run(
@@ -104,7 +105,7 @@ def _agent_pass(venv: Path) -> dict[str, float]:
 
     described = describe_venv(str(venv))
     files, _links = walk(str(venv))
-    native = {}
+    native: dict[str, dict[str, object]] = {}
     for rel, _st in files:
         if is_library_name(rel):
             with open(venv / rel, "rb") as stream:
@@ -117,15 +118,40 @@ def _agent_pass(venv: Path) -> dict[str, float]:
     return {"seconds": seconds, "libraries": len(native), "consumers": len(found), "bindings": bindings}
 
 
+def _in_process(roots: dict[str, Path], repeat: int) -> dict[str, float]:
+    """The parts the facts add to `lock`, timed alone (the whole process is noisy on a shared machine):
+    reading the larger reference lock, and the break check itself."""
+    from envlock.abi import abi_breaks
+    from envlock.lock.io import read_lock
+
+    def best(fn: object) -> float:
+        times = []
+        for _ in range(max(3, repeat)):
+            start = time.perf_counter()
+            fn()  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    refs = {name: root / "locks" / "pylock.ref.toml" for name, root in roots.items()}
+    reference = read_lock(refs["checks"])
+    target = read_lock(roots["checks"] / "locks" / "pylock.target.toml")
+    return {
+        "read_reference_with_facts": best(lambda: read_lock(refs["checks"])),
+        "read_reference_without": best(lambda: read_lock(refs["anchor"])),
+        "abi_breaks": best(lambda: abi_breaks(reference, target)),
+    }
+
+
 def main(work: Path, repeat: int) -> dict[str, object]:
     venv, url = gpu_venv(work)
     base = work / "abi-bench"
     links = base / "links"
     _variant(work / "wheelhouse", links)
+    extra = build_index(links, base / "index")  # PEP 503 with sha256: lock refuses a wheel without
     envlock = str(BIN / "envlock")
     roots = {"checks": base / "ws-checks", "anchor": base / "ws-anchor"}
     for name, root in roots.items():
-        _workspace(root, venv, url, links, base / "target")
+        _workspace(root, venv, url, extra, base / "target")
         env = dict(os.environ)
         if name == "anchor":
             env["ENVLOCK_NO_ABI_FACTS"] = "1"
@@ -138,22 +164,34 @@ def main(work: Path, repeat: int) -> dict[str, object]:
         run([envlock, "lock", "target", "--root", str(roots[name])], env=env)
         return time.perf_counter() - start
 
+    def capture(name: str) -> float:
+        start = time.perf_counter()
+        env = dict(os.environ, ENVLOCK_NO_ABI_FACTS="1") if name == "anchor" else None
+        run([envlock, "capture", "ref", "--root", str(roots[name])], env=env)
+        return time.perf_counter() - start
+
     for name in roots:  # warm-up: fills the store with the variant wheel, page cache
         lock(name)
     times: dict[str, list[float]] = {"checks": [], "anchor": []}
+    captures: dict[str, list[float]] = {"checks": [], "anchor": []}
     for _ in range(repeat):
         for name in ("anchor", "checks"):
             times[name].append(lock(name))
+            captures[name].append(capture(name))
     results: dict[str, object] = {
         name: {"median": statistics.median(t), "best": min(t), "runs": len(t)} for name, t in times.items()
     }
     results["ratio"] = statistics.median(times["checks"]) / statistics.median(times["anchor"])
+    results["warm_capture"] = {
+        name: {"median": statistics.median(t), "best": min(t), "runs": len(t)} for name, t in captures.items()
+    }
     sizes = {name: (root / "locks" / "pylock.ref.toml").stat().st_size for name, root in roots.items()}
     results["reference_lock_bytes"] = sizes
     results["target_lock_bytes"] = {
         name: (root / "locks" / "pylock.target.toml").stat().st_size for name, root in roots.items()
     }
     results["agent_abi_pass"] = _agent_pass(venv)
+    results["in_process"] = _in_process(roots, repeat)
     results["cores"] = os.cpu_count()
     save_result("abi", results)
     shutil.rmtree(base / "target", ignore_errors=True)
@@ -177,7 +215,14 @@ def report(results: dict[str, object]) -> str:
             row("anchor", "envlock lock, reference without facts, ENVLOCK_NO_ABI_CHECK=1"),
             "",
             f"with / without ABI checks: {results['ratio']:.2f}x (target <= 1.3x)",
+            "warm capture, median: {checks:.2f} s with ABI facts, {anchor:.2f} s without".format(
+                **{k: v["median"] for k, v in results["warm_capture"].items()}  # type: ignore[attr-defined]
+            ),
             f"reference lock: {sizes['checks']} bytes with ABI facts, {sizes['anchor']} without",
+            "in process (best): read reference {read_reference_with_facts:.3f} s with facts, "
+            "{read_reference_without:.3f} s without; abi_breaks {abi_breaks:.4f} s".format(
+                **results["in_process"]  # type: ignore[arg-type]
+            ),
             f"agent ABI pass (cold, in process): {agent['seconds']:.2f} s over {agent['libraries']:.0f} "
             f"libraries, {agent['bindings']:.0f} bindings in {agent['consumers']:.0f} libraries",
         ]

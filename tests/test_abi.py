@@ -74,6 +74,7 @@ def _provider(work: Path, version: str) -> Path:
 @dataclass(frozen=True)
 class AbiIndex:
     url: str
+    libraries: tuple[Path, ...]  # the providers' libc10.so and the consumer, as built
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +105,35 @@ def abi_index(tmp_path_factory: pytest.TempPathFactory) -> AbiIndex:
             tag=TAG,
         )
     )
-    return AbiIndex(build_simple_index(work / "index", wheels))
+    return AbiIndex(build_simple_index(work / "index", wheels), (*libs.values(), ops))
+
+
+def _nm(path: Path, *args: str) -> dict[str, str]:
+    """``nm -D --with-symbol-versions``: the oracle for symbol versions (``@@`` = default).
+    Symbol -> nm's type letter (``U`` strong undefined, ``w`` weak, ``A`` absolute, ...)."""
+    out = subprocess.run(
+        ["nm", "-D", "--with-symbol-versions", *args, str(path)], check=True, capture_output=True, text=True
+    ).stdout
+    return {line.split()[-1].replace("@@", "@"): line.split()[-2] for line in out.splitlines()}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils nm")
+def test_symbol_versions_match_nm(abi_index: AbiIndex) -> None:
+    from envlock.binary.elf import read_link_facts
+
+    libstdcxx = Path("/lib/x86_64-linux-gnu/libstdc++.so.6")
+    for path in (*abi_index.libraries, *([libstdcxx] if libstdcxx.exists() else [])):
+        with open(path, "rb") as stream:
+            facts = read_link_facts(stream, symbol_versions=True)
+        # Weak references ("w") are left out on purpose: unresolved, they are no error.
+        strong = {s for s, kind in _nm(path, "--undefined-only").items() if kind == "U"}
+        assert set(facts.undefined_versioned) == strong, path
+        defined = _nm(path, "--defined-only")
+        # The version definitions' own absolute symbols (ABITORCH_1@ABITORCH_1): nm shows them as "A".
+        named = {s for s in facts.exported_versioned if s.partition("@")[0] != s.partition("@")[2]}
+        assert named == {s for s, kind in defined.items() if "@" in s and kind != "A"}, path
+    with open(abi_index.libraries[-1], "rb") as stream:
+        assert "abi_c_entry@ABITORCH_1" in read_link_facts(stream, symbol_versions=True).undefined_versioned
 
 
 def _workspace(root: Path, index: AbiIndex, provider: str) -> Path:
@@ -164,7 +193,7 @@ def test_lock_refuses_a_provider_that_lost_a_symbol_a_kept_extension_takes(fleet
     assert line.count("\n") == 0 and "Traceback" not in line
     for part in (
         "ABI break for newtorch",
-        "abikern abikern common_ops: takes c10::check(int) (_ZN3c105checkEi) from abitorch",
+        "abikern common_ops (abikern): takes c10::check(int) (_ZN3c105checkEi) from abitorch",
         "(libc10.so in 1.0), which abitorch 2.0 no longer exports",
         'pins = ["abitorch==1.0"]',
         "rebuild abikern against abitorch 2.0",

@@ -79,6 +79,7 @@ def test_every_review_md_finding_has_a_case_with_its_severity() -> None:
         "same-name-different-bytes": ("block", "safetensors", "same-name-different-bytes"),
         "gpu-arch-lost": ("block", "flash-attn", "gpu-arch-lost"),
         "native-needed-unresolved": ("block", "sgl-kernel", "native-unloadable"),
+        "abi-break": ("block", "sgl-kernel", "abi-break"),
         "native-glibc-too-new": ("block", "numpy", "native-unloadable"),
         "local-build": ("warn", "mykernels", "local-build"),
         "local-version-label": ("warn", "torch", "local-version-label"),

@@ -42,8 +42,8 @@ class AbiBreak:
     provider_after: str | None = None  # version; None: the package is gone
 
     def describe(self, names: Mapping[str, str] | None = None) -> str:
-        """``sgl-kernel sgl_kernel common_ops: takes c10::foo() (_ZN3c103fooEv) from torch
-        (torch/lib/libc10.so in 2.14.1), which torch 2.15.0 no longer exports``."""
+        """``sgl_kernel common_ops (sgl-kernel): takes c10::foo() (_ZN3c103fooEv) from torch
+        (libc10.so in 2.14.1), which torch 2.15.0 no longer exports``."""
         shown = (names or {}).get(self.symbol, self.symbol)
         symbol = shown if shown == self.symbol else f"{shown} ({self.symbol})"
         where = posixpath.basename(self.provider_library) if self.provider_library else "its libraries"
@@ -52,7 +52,7 @@ class AbiBreak:
             lost = "which is not in the lock any more"
         else:
             lost = f"which {self.provider} {self.provider_after} no longer exports"
-        return f"{self.consumer} {library_label(self.library)}: takes {symbol} from {origin}, {lost}"
+        return f"{library_label(self.library)} ({self.consumer}): takes {symbol} from {origin}, {lost}"
 
 
 def symbol_names(breaks: Iterable[AbiBreak]) -> dict[str, str]:

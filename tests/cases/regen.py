@@ -100,6 +100,24 @@ def native_needed_unresolved() -> Case:
     return make_lock("ct200", base, cc=["12.0"]), None, head_lock, None
 
 
+def abi_break() -> Case:
+    """Issue 16's seed: torch upgraded under an unchanged sgl-kernel that takes c10 symbols from it."""
+    taken = ("_ZN3c1013MessageLoggerC1EPKcii", "_ZN3c1015SmallVectorBase8grow_podEPvmm")
+    ops = replace(
+        lib("site-packages/sgl_kernel/common_ops.abi3.so", needed=("libc10.so", "libc.so.6")),
+        takes={"torch": taken},
+    )
+    c10_old = replace(lib("site-packages/torch/lib/libc10.so", soname="libc10.so"), provides=taken)
+    # 2.9.0 still exports the first symbol; the second went away (its signature changed).
+    c10_new = replace(
+        lib("site-packages/torch/lib/libc10.so", soname="libc10.so", label="2.9"), provides=taken[:1]
+    )
+    shared = [*_common(), pkg("sgl-kernel", "0.3.9", native=[ops])]
+    base = [*shared, pkg("torch", "2.8.0", native=[c10_old])]
+    head = [*shared, pkg("torch", "2.9.0", native=[c10_new])]
+    return make_lock("ct200", base), None, make_lock("ct200", head), None
+
+
 def native_glibc_too_new() -> Case:
     old = lib("site-packages/numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so", glibc="2.17")
     new = lib(
@@ -232,6 +250,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "gpu-arch-lost-per-arch": gpu_arch_lost_per_arch,
     "arch-dropped": arch_dropped,
     "native-needed-unresolved": native_needed_unresolved,
+    "abi-break": abi_break,
     "native-glibc-too-new": native_glibc_too_new,
     "local-build": local_build,
     "local-version-label": local_version_label,
