@@ -82,10 +82,13 @@ def abi_index(tmp_path_factory: pytest.TempPathFactory) -> AbiIndex:
     """The provider's three versions and the consumer, built once per session."""
     work = tmp_path_factory.mktemp("abiwheels")
     libs = {version: _provider(work, version) for version in PROVIDER}
-    src = work / "common_ops.cpp"
-    src.write_text(CONSUMER)
-    ops = work / "common_ops.abi3.so"
-    _gxx(f"-L{libs['1.0'].parent}", "-Wl,-rpath,$ORIGIN/../abitorch/lib", "-o", str(ops), str(src), "-lc10")
+    builds = {}
+    for version, extra in (("1.0", ""), ("1.1", 'extern "C" int kern_version(void) { return 11; }\n')):
+        src = work / f"common_ops-{version}.cpp"
+        src.write_text(CONSUMER + extra)
+        ops = builds[version] = work / f"common_ops-{version}.abi3.so"
+        rpath = "-Wl,-rpath,$ORIGIN/../abitorch/lib"
+        _gxx(f"-L{libs['1.0'].parent}", rpath, "-o", str(ops), str(src), "-lc10")
     wheels = [
         make_wheel(
             work / "wheels",
@@ -96,16 +99,17 @@ def abi_index(tmp_path_factory: pytest.TempPathFactory) -> AbiIndex:
         )
         for version, lib in libs.items()
     ]
-    wheels.append(
+    wheels += [
         make_wheel(
             work / "wheels",
             "abikern",
-            "1.0",
+            version,
             {"abikern/__init__.py": b"", "abikern/common_ops.abi3.so": ops.read_bytes()},
             tag=TAG,
         )
-    )
-    return AbiIndex(build_simple_index(work / "index", wheels), (*libs.values(), ops))
+        for version, ops in builds.items()
+    ]
+    return AbiIndex(build_simple_index(work / "index", wheels), (*libs.values(), builds["1.0"]))
 
 
 def _nm(path: Path, *args: str) -> dict[str, str]:
@@ -215,6 +219,22 @@ def test_lock_accepts_a_compatible_provider_and_records_what_it_provides(fleet: 
     lock = read_lock(fleet / "locks" / "pylock.minor.toml")
     assert _native(lock, "abitorch", C10).provides == TAKEN
     assert dict(_native(lock, "abikern", LIB).takes) == {"abitorch": TAKEN}
+
+
+def test_lock_checks_a_changed_extension_against_a_changed_provider(fleet: Path) -> None:
+    """abikern 1.1 is a new build that still references c10::check(int): with abitorch 2.0
+    it is refused too (``still takes``); with abitorch 1.1 both upgrades pass."""
+    _target(fleet, "both", '"abitorch==2.0", "abikern==1.1"')
+    proc = run_envlock(fleet, "lock", "both")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "abikern common_ops (abikern 1.1): still takes c10::check(int) (_ZN3c105checkEi)" in proc.stderr
+    assert "which abitorch 2.0 no longer exports" in proc.stderr
+    _target(fleet, "both", '"abitorch==1.1", "abikern==1.1"')
+    proc = run_envlock(fleet, "lock", "both", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    lock = read_lock(fleet / "locks" / "pylock.both.toml")
+    assert dict(_native(lock, "abikern", LIB).takes) == {"abitorch": TAKEN}
+    assert _native(lock, "abitorch", C10).provides == TAKEN
 
 
 def _git(repo: Path, *args: str) -> None:

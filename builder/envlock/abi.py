@@ -11,7 +11,10 @@ not even depend on torch).
 A **break** is a library kept byte for byte (same path, same sha256) from a
 lock ``before`` to a lock ``after`` whose providing package changed (other
 wheel) or went away, and a symbol it took from that package that the
-package's libraries in ``after`` no longer provide. ``envlock lock`` checks
+package's libraries in ``after`` no longer provide; or the same for a
+library that changed too, with what ``after`` says it takes (a capture:
+what it binds, so never a break; a target lock: what its new build still
+references of what it took before, ``still_taken``). ``envlock lock`` checks
 the reference against the fresh target lock (refusing it), ``envlock
 review`` base against head (blocking), ``envlock diff`` both ways.
 """
@@ -40,6 +43,9 @@ class AbiBreak:
     provider_library: str = ""  # where it came from in ``before`` ("" when not recorded)
     provider_before: str = ""  # version
     provider_after: str | None = None  # version; None: the package is gone
+    # False: the consumer changed too, and its new build still references the symbol.
+    kept: bool = True
+    consumer_after: str = ""  # the consumer's version in ``after`` when not kept
 
     def describe(self, names: Mapping[str, str] | None = None) -> str:
         """``sgl_kernel common_ops (sgl-kernel): takes c10::foo() (_ZN3c103fooEv) from torch
@@ -52,7 +58,10 @@ class AbiBreak:
             lost = "which is not in the lock any more"
         else:
             lost = f"which {self.provider} {self.provider_after} no longer exports"
-        return f"{library_label(self.library)} ({self.consumer}): takes {symbol} from {origin}, {lost}"
+        if self.kept:
+            return f"{library_label(self.library)} ({self.consumer}): takes {symbol} from {origin}, {lost}"
+        who = f"{self.consumer} {self.consumer_after}"
+        return f"{library_label(self.library)} ({who}): still takes {symbol} from {origin}, {lost}"
 
 
 def symbol_names(breaks: Iterable[AbiBreak]) -> dict[str, str]:
@@ -164,6 +173,7 @@ class Exports:
     path: str
     exported: frozenset[str]
     versioned: frozenset[str]  # ``name@VERSION`` definitions
+    undefined: frozenset[str] = frozenset()  # strong references, ``name@VERSION`` when versioned
 
     def has(self, symbol: str) -> bool:
         return binds(symbol, self.exported, self.versioned, bool(self.versioned))
@@ -179,6 +189,24 @@ def provides_from_exports(pkg: Package, exports: Sequence[Exports], wanted: Iter
         found = by_path.get(lib.path)
         has = tuple(s for s in symbols if found is not None and found.has(s))
         native.append(replace(lib, provides=has))
+    return replace(pkg, native=tuple(native))
+
+
+def still_taken(pkg: Package, was: Package | None, exports: Sequence[Exports]) -> Package:
+    """A new wheel of a package whose reference version took symbols from other packages:
+    each library keeps, of what the same library took before, the symbols its new build
+    still references (``undefined``), so ``abi_breaks`` checks them against the target's
+    providers. What the new build takes beyond that is not known before it is installed."""
+    before = {lib.path: lib for lib in was.native} if was is not None else {}
+    references = {e.path: e.undefined for e in exports}
+    native = []
+    for lib in pkg.native:
+        prior, undefined = before.get(lib.path), references.get(lib.path, frozenset())
+        if prior is None or not prior.takes:
+            native.append(lib)
+            continue
+        takes = {p: tuple(s for s in symbols if s in undefined) for p, symbols in sorted(prior.takes.items())}
+        native.append(replace(lib, takes={p: symbols for p, symbols in takes.items() if symbols}))
     return replace(pkg, native=tuple(native))
 
 
@@ -204,18 +232,19 @@ def _provided(pkg: Package | None) -> dict[str, str]:
     return found
 
 
-def _kept_libraries(before: Lock, after: Lock) -> Iterable[tuple[Package, NativeLib]]:
-    """Libraries of ``after`` that ``before`` holds byte for byte, with their ``before`` facts."""
+def _taking_libraries(before: Lock, after: Lock) -> Iterable[tuple[Package, NativeLib, bool]]:
+    """Libraries of ``after`` with what they take: the ``before`` facts of a library kept
+    byte for byte (True), else its own ``after`` facts (False)."""
     old = {pkg.name: pkg for pkg in before.packages}
     for pkg in after.packages:
         was = old.get(pkg.name)
-        if was is None:
-            continue
-        libs = {lib.path: lib for lib in was.native if lib.takes}
+        libs = {lib.path: lib for lib in was.native if lib.takes} if was is not None else {}
         for lib in pkg.native:
             prior = libs.get(lib.path)
             if prior is not None and prior.sha256 == lib.sha256:
-                yield pkg, prior
+                yield pkg, prior, True
+            elif lib.takes:
+                yield pkg, lib, False
 
 
 def abi_breaks(before: Lock, after: Lock) -> list[AbiBreak]:
@@ -225,7 +254,7 @@ def abi_breaks(before: Lock, after: Lock) -> list[AbiBreak]:
     new = {pkg.name: pkg for pkg in after.packages}
     provided: dict[str, dict[str, str]] = {}
     breaks: list[AbiBreak] = []
-    for pkg, lib in _kept_libraries(before, after):
+    for pkg, lib, kept in _taking_libraries(before, after):
         for provider, symbols in sorted(lib.takes.items()):
             was, now = old.get(provider), new.get(provider)
             if was is None or (now is not None and now.wheel.sha256 == was.wheel.sha256):
@@ -245,6 +274,8 @@ def abi_breaks(before: Lock, after: Lock) -> list[AbiBreak]:
                         provider_library=origin.get(symbol, ""),
                         provider_before=was.version,
                         provider_after=now.version if now is not None else None,
+                        kept=kept,
+                        consumer_after="" if kept else pkg.version,
                     )
                 )
     return sorted(breaks)

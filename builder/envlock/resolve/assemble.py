@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from envlock.abi import provides_from_exports, taken_from
+from envlock.abi import provides_from_exports, still_taken, taken_from
 from envlock.agent.layout import relocate
 from envlock.fetch import blob
 from envlock.lock.compare import version_kind
@@ -122,7 +122,10 @@ def build_target_lock(
             rows.extend(pkg_rows)
             continue
         path = finder.local_path(cand)
-        layout = wheel_layout(path, name, venv, env.major_minor, exports=name in wanted)
+        takes = ref is not None and any(lib.takes for lib in ref.native)
+        layout = wheel_layout(
+            path, name, venv, env.major_minor, exports=bool(wanted) and (name in wanted or takes)
+        )
         scripts = {rel: store.put_blob(data) for rel, data in layout.scripts.items()}
         requires, requires_python = finder.metadata(cand)
         rows.extend(layout.rows)
@@ -147,6 +150,8 @@ def build_target_lock(
         )
         if name in wanted:
             package = provides_from_exports(package, layout.exports, wanted[name])
+        if takes and wanted:
+            package = still_taken(package, ref, layout.exports)
         packages.append(package)
     # Creator files whose bytes do not depend on the path or the Python (uv's
     # `.lock`, `.gitignore`, `CACHEDIR.TAG`): apply keeps exactly these.

@@ -131,7 +131,14 @@ def _exports(path: str, data: bytes) -> list[Exports]:
         facts = read_link_facts(io.BytesIO(data), symbol_versions=True)
     except ElfError:
         return []  # unreadable: it provides nothing, and its native facts say why
-    return [Exports(path=path, exported=facts.exported, versioned=facts.exported_versioned)]
+    return [
+        Exports(
+            path=path,
+            exported=facts.exported,
+            versioned=facts.exported_versioned,
+            undefined=frozenset(facts.undefined_versioned),
+        )
+    ]
 
 
 def _native(path: str, sha: str, data: bytes) -> NativeLib:

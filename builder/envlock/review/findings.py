@@ -176,16 +176,15 @@ def load_finding(problem: LoadProblem, unchanged: bool) -> Finding:
 
 
 def abi_findings(diff: LockDiff) -> list[Finding]:
-    """One blocking finding per kept library and provider whose symbols the head lost
+    """One blocking finding per library and provider whose symbols the head lost
     (``envlock.abi``), against the package that will fail to import."""
     groups: dict[tuple[str, str, str], list[AbiBreak]] = {}
     for item in diff.abi_breaks:
         groups.setdefault((item.consumer, item.library, item.provider), []).append(item)
     found = []
     for line, group in zip(summarize(diff.abi_breaks), groups.values(), strict=True):
-        found.append(
-            Finding("abi-break", "block", line + " (the package itself did not change)", group[0].consumer)
-        )
+        unchanged = " (the package itself did not change)" if group[0].kept else ""
+        found.append(Finding("abi-break", "block", line + unchanged, group[0].consumer))
     return found
 
 
