@@ -289,3 +289,24 @@ def test_review_blocks_and_diff_shows_a_provider_upgrade_under_a_kept_extension(
     ] == [("abikern", LIB, "abitorch", "_ZN3c105checkEi", "c10::check(int)", "2.0")]
     text = run_envlock(root, "diff", str(base), str(root / "locks" / "pylock.ref.toml")).stdout
     assert "abi, kept on" in text and "c10::check(int)" in text
+
+
+def test_symbol_lists_are_literal_strings_and_read_back_equal(tmp_path: Path) -> None:
+    """Symbols are written as TOML literal strings (tomllib reads them ~10x faster); one
+    that cannot be a literal string (a quote, a backslash, from a hand edit) stays basic."""
+    from dataclasses import replace
+
+    from envlock.lock.io import render_lock
+    from lockfactory import lib, make_lock, pkg
+
+    odd = ("_ZN3c105checkEi", "a'quote", 'back\\slash"', "abi_c_entry@ABITORCH_1")
+    ops = replace(lib(LIB), takes={"abitorch": odd})
+    c10 = replace(lib(C10, soname="libc10.so"), provides=odd)
+    lock = make_lock("ref", [pkg("abikern", "1.0", native=[ops]), pkg("abitorch", "1.0", native=[c10])])
+    text = render_lock(lock).decode()
+    assert "    '_ZN3c105checkEi',\n" in text and "    'abi_c_entry@ABITORCH_1',\n" in text
+    assert '    "a\'quote",\n' in text and "'back" not in text
+    (tmp_path / "lock.toml").write_text(text)
+    again = read_lock(tmp_path / "lock.toml")
+    assert _native(again, "abikern", LIB).takes == {"abitorch": tuple(sorted(odd))}
+    assert _native(again, "abitorch", C10).provides == tuple(sorted(odd))
