@@ -5,9 +5,10 @@ another torch may not export; package metadata cannot say so. Here every
 ELF library of the venv is read once more for its dynamic symbols with
 their versions, and each strong undefined symbol is bound the way ld.so
 binds it (``envlock.binary.loader.Loader.bindings``, the engine ``envlock
-inspect`` uses), over the venv's own libraries only: the host's libc and
-the interpreter are not read, since only bindings across distributions are
-recorded. The controller turns the answer into the lock's ``takes`` and
+inspect`` uses): its DT_NEEDED closure, the host's system libraries
+included, then the libraries torch preloads. Only bindings from one
+distribution to another are recorded, and not a symbol the host's own
+libraries in the closure export as well (it binds whatever the venv holds). The controller turns the answer into the lock's ``takes`` and
 ``provides`` (docs/lock-format.md, "ABI facts").
 """
 
