@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
