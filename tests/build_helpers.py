@@ -136,3 +136,49 @@ def cuobjdump_elf_arches(library: Path) -> list[str]:
         [cuobjdump(), "--list-elf", str(library)], capture_output=True, text=True, check=True
     )
     return sorted(set(re.findall(r"\.(sm_\d+a?)\.cubin", out.stdout)))
+
+
+# A torch.utils.cpp_extension CUDAExtension: one tiny kernel, one binding that takes a tensor.
+TORCH_SETUP = """from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="tinyext",
+    version="0.1",
+    packages=["tinyext"],
+    ext_modules=[CUDAExtension("tinyext._C", ["csrc/ext.cpp", "csrc/kern.cu"])],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+
+TORCH_EXT_CPP = """#include <torch/extension.h>
+void launch_scale(float *x, int n, float a);
+torch::Tensor scale(torch::Tensor x, double a) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "a float CUDA tensor");
+  launch_scale(x.data_ptr<float>(), static_cast<int>(x.numel()), static_cast<float>(a));
+  return x;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale", &scale); }
+"""
+
+TORCH_EXT_CU = """__global__ void scale_kernel(float *x, int n, float a) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+void launch_scale(float *x, int n, float a) { scale_kernel<<<(n + 255) / 256, 256>>>(x, n, a); }
+"""
+
+
+def torch_extension_sdist(out_dir: Path) -> Path:
+    return write_sdist(
+        out_dir,
+        "tinyext",
+        "0.1",
+        {
+            "pyproject.toml": PYPROJECT.format(requires='"setuptools>=61", "torch", "ninja"'),
+            "setup.py": TORCH_SETUP,
+            "csrc/ext.cpp": TORCH_EXT_CPP,
+            "csrc/kern.cu": TORCH_EXT_CU,
+            "tinyext/__init__.py": "import torch  # noqa: F401  (loads libc10, libtorch first)\nfrom tinyext._C import scale\n",
+        },
+    )
