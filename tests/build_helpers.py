@@ -169,6 +169,9 @@ void launch_scale(float *x, int n, float a) { scale_kernel<<<(n + 255) / 256, 25
 """
 
 
+INIT_TORCH = "import torch  # noqa: F401  (libc10, libtorch first)\nfrom tinyext._C import scale\n"
+
+
 def torch_extension_sdist(out_dir: Path) -> Path:
     return write_sdist(
         out_dir,
@@ -179,6 +182,6 @@ def torch_extension_sdist(out_dir: Path) -> Path:
             "setup.py": TORCH_SETUP,
             "csrc/ext.cpp": TORCH_EXT_CPP,
             "csrc/kern.cu": TORCH_EXT_CU,
-            "tinyext/__init__.py": "import torch  # noqa: F401  (loads libc10, libtorch first)\nfrom tinyext._C import scale\n",
+            "tinyext/__init__.py": INIT_TORCH,
         },
     )

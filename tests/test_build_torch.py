@@ -5,7 +5,7 @@ local index (the one bench/common.py's GPU venv is built from), by sha256;
 the build installs exactly those into its environment, compiles one tiny
 kernel for sm_120 with MAX_JOBS=2, and checks the extension's torch symbols
 against that torch. Slow (gigabytes of wheels): marked ``slow``, built once
-per module.
+per module, and deselected by default (``make test-torch`` runs it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from envlock.store import Store
 from helpers import ENVLOCK, build_simple_index
 from lockfactory import make_lock, write_lock_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch_build]
 
 BENCH_INDEX = Path("/var/tmp/envlock-bench/index/simple")
 
@@ -130,4 +130,4 @@ def test_cuda_extension_is_built_for_sm120_against_the_locked_torch(
     assert "transformers" not in inputs  # in the lock, but nothing the build needs
     assert record.flags["TORCH_CUDA_ARCH_LIST"] == "12.0"
     assert record.env["MAX_JOBS"] == "2"
-    print(f"\ntinyext build: {torch_build.seconds:.1f}s wall (record: {record.seconds}s)")
+    print(f"\ntinyext build: {torch_build.seconds:.1f}s wall; phases {dict(record.phases)}")

@@ -20,9 +20,9 @@ from typing import Any
 import jsonschema
 import pytest
 
+from build_helpers import PYPROJECT, SETUPTOOLS, registry_wheel, sha256, write_sdist
 from conftest import Reference, write_profile
 from envlock.cli import command_names
-from build_helpers import PYPROJECT, SETUPTOOLS, registry_wheel, sha256, write_sdist
 from helpers import ENVLOCK, ROOT, build_simple_index, copy_lock, make_venv
 
 SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
@@ -96,7 +96,7 @@ def _build_case(root: Path) -> list[str]:
         "1.0",
         {
             "pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'),
-            "setup.py": "from setuptools import setup\nsetup(name='plainpkg', version='1.0', py_modules=[])\n",
+            "setup.py": "from setuptools import setup\nsetup(name='plainpkg', version='1.0')\n",
         },
     )
     url = build_simple_index(root / "sdist-index", [registry_wheel(SETUPTOOLS)])

@@ -74,6 +74,7 @@ class BuildRecord:
     verdicts: Mapping[str, str]  # library in the wheel -> its verdict on the GPU
     log_sha256: str | None = None  # the build log, a store blob
     seconds: float = 0.0
+    phases: Mapping[str, float] = field(default_factory=dict)  # seconds per step: sdist, env, build, check
     record_version: int = RECORD_VERSION
     notes: tuple[str, ...] = field(default=())
 
@@ -150,6 +151,7 @@ def _parse(data: Any, where: str) -> BuildRecord:
         verdicts=_string_map(data, "verdicts", where),
         log_sha256=log if log is not None and _SHA256.match(log) else None,
         seconds=float(_get(data, "seconds", (int, float), where)),
+        phases=_seconds_map(data, "phases", where),
         notes=_strings(data, "notes", where),
     )
 
@@ -171,6 +173,13 @@ def _strings(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in value):
         raise BuildRecordError(f"{where}: {key}: expected a list of strings")
     return tuple(value)
+
+
+def _seconds_map(table: dict[str, Any], key: str, where: str) -> dict[str, float]:
+    value = _get(table, key, dict, where)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
+        raise BuildRecordError(f"{where}: {key}: expected numbers")
+    return {k: float(v) for k, v in value.items()}
 
 
 def _string_map(table: dict[str, Any], key: str, where: str) -> dict[str, str]:

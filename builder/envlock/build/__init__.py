@@ -69,6 +69,14 @@ def build_package(
 ) -> BuildResult:
     reporter = reporter or Reporter()
     started = time.monotonic()
+    phases: dict[str, float] = {}
+    mark = [started]
+
+    def lap(phase: str) -> None:
+        now = time.monotonic()
+        phases[phase] = round(now - mark[0], 1)
+        mark[0] = now
+
     profile = load_profile(workspace, host)
     lock, lock_shown = _pinning_lock(workspace, host, profile.reference)
     ccs = _gpus(gpu, profile.gpu.cc if profile.gpu else (), lock, workspace.shown(profile.path))
@@ -83,6 +91,7 @@ def build_package(
     file = find_sdist(client, name, version or (locked.version if locked else None))
     reporter.step(f"sdist {file.filename}")
     sdist = fetch_sdist(store, workspace.locks_dir, file)
+    lap("sdist")
 
     key = hashlib.sha256(
         "\n".join([sdist.sha256, lock.digest, *ccs, toolchain.nvcc_version, python, *extra]).encode()
@@ -104,6 +113,7 @@ def build_package(
     shown = ", ".join(f"{p.name} {p.version}" for p in pins) or "nothing"
     reporter.step(f"build environment (Python {lock.interpreter.major_minor}): {shown}")
     reused = make_env(build_dir / "env", python, pins, log)
+    lap("environment")
 
     flags = arch_flags(ccs)
     env = build_env(build_dir / "env", toolchain, flags)
@@ -118,8 +128,10 @@ def build_package(
         log=log,
         on_line=lambda n, line: reporter.progress("build", n, 0, line),
     )
+    lap("build")
     reporter.step(f"check {wheel.name} on {', '.join(ccs)}")
     libraries = check_wheel(wheel, build_dir / "env", ccs, log)
+    lap("check")
 
     stored, sha = store.put_wheel(wheel.read_bytes(), wheel.name)
     log_sha = store.put_blob(log.read_bytes())
@@ -151,6 +163,7 @@ def build_package(
         verdicts={f"{lib.path} ({lib.gpu})": lib.verdict for lib in libraries},
         log_sha256=log_sha,
         seconds=round(time.monotonic() - started, 1),
+        phases=phases,
         notes=notes,
     )
     written = write_record(store, record)

@@ -126,6 +126,7 @@ def result_json(result: BuildResult, root: Any) -> dict[str, Any]:
         "lock": record.lock,
         "reused_environment": result.reused,
         "seconds": record.seconds,
+        "phases": dict(record.phases),
         "toolchain": {
             "nvcc": tool.nvcc,
             "nvcc_version": tool.nvcc_version,
