@@ -144,6 +144,8 @@ def test_the_seed_story_sm120_end_to_end(seed: Seed, tmp_path: Path) -> None:
 
     locked = envlock(root, "lock", "ct500", "--format", "json")
     assert locked.returncode == 0, locked.stderr
+    listed = {p["name"]: p for p in json.loads(locked.stdout)["result"]["packages"]}
+    assert listed["gpukern"]["source"] == "built" and not listed["gpukern"]["kept"]
     lock = read_lock(root / "locks" / "pylock.ct500.toml")
     kern = lock.package("gpukern")
     assert kern is not None and kern.source == "built" and kern.version == "1.0"
