@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup test lint bench demo clean test-deps mutate
+.PHONY: setup test lint bench demo clean test-deps mutate test-torch
 
 $(BIN)/envlock: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ test-deps:
 
 test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests
+
+# envlock build of a torch.utils.cpp_extension CUDAExtension against the local torch
+# 2.14.1 index (tests/test_build_torch.py): minutes, so not part of `make test`.
+test-torch: setup
+	MAX_JOBS=2 $(BIN)/python -m pytest -q -p no:xdist -m torch_build -s tests/test_build_torch.py
 
 lint: setup
 	$(BIN)/ruff check builder tests bench demo mutation

@@ -20,9 +20,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from build_helpers import PYPROJECT, SETUPTOOLS, registry_wheel, sha256, write_sdist
 from conftest import Reference, write_profile
 from envlock.cli import command_names
-from helpers import ENVLOCK, ROOT, copy_lock, make_venv
+from helpers import ENVLOCK, ROOT, build_simple_index, copy_lock, make_venv
 
 SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
 GIT_ENV = {
@@ -87,11 +88,35 @@ def _rollback_case(root: Path) -> list[str]:
     return ["rollback", "ct202"]
 
 
+def _build_case(root: Path) -> list[str]:
+    """A pure sdist on an index of its own, built for ct400's sm_120 (pinned by ct129's lock)."""
+    sdist = write_sdist(
+        root / "sdists",
+        "plainpkg",
+        "1.0",
+        {
+            "pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'),
+            "setup.py": "from setuptools import setup\nsetup(name='plainpkg', version='1.0')\n",
+        },
+    )
+    url = build_simple_index(root / "sdist-index", [registry_wheel(SETUPTOOLS)])
+    shutil.copy(sdist, root / "sdist-index" / "files")
+    page = root / "sdist-index" / "simple" / "plainpkg"
+    page.mkdir(parents=True, exist_ok=True)
+    link = f'<a href="../../files/{sdist.name}#sha256={sha256(sdist)}">{sdist.name}</a>'
+    (page / "index.html").write_text(f"<html><body>{link}</body></html>\n")
+    (root / "hosts" / "ct400.toml").write_text(
+        f'venv = "{root}/venv-ct400"\nreference = "ct129"\n[gpu]\ncc = ["12.0"]\n[index]\nurls = ["{url}"]\n'
+    )
+    return ["build", "plainpkg", "--host", "ct400"]
+
+
 # command -> (how to set the case up, the exit status it answers with); the
 # setup returns the arguments after `envlock` (--format json and --root are added)
 CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
     "capture": (lambda root: ["capture", "ct129"], 0),
     "lock": (lambda root: ["lock", "ct300"], 0),
+    "build": (_build_case, 0),
     "apply": (_apply_case, 0),
     "rollback": (_rollback_case, 0),
     "verify": (lambda root: ["verify", "ct129"], 0),
@@ -109,6 +134,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
 REFUSALS: dict[str, list[str]] = {
     "capture": ["capture", "nosuch"],
     "lock": ["lock", "nosuch"],
+    "build": ["build", "anything", "--host", "nosuch"],
     "apply": ["apply", "nosuch"],
     "rollback": ["rollback", "nosuch"],
     "verify": ["verify", "nosuch"],

@@ -13,6 +13,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "lock_cmd",
         "resolve a per-host lock from the reference's, for the host's Python, glibc, GPU and driver",
     ),
+    "build": (
+        "build_cmd",
+        "build a package from its sdist for a host's GPU, pinned to the host lock's wheels",
+    ),
     "apply": ("apply_cmd", "rebuild a host's venv from its lock, verify it and swap it in"),
     "rollback": ("apply_cmd", "swap back the venv that the last apply replaced"),
     "verify": ("verify_cmd", "compare a host's live venv with its lock, file by file (like rpm -V)"),

@@ -66,6 +66,7 @@ def result_json(result: LockResult) -> dict[str, Any]:
                 "version": p.version,
                 "wheel": p.wheel.filename,
                 "sha256": p.wheel.sha256,
+                "source": p.source,
                 "kept": p.name not in result.deviations,
                 "reason": result.deviations.get(p.name),
             }

@@ -22,10 +22,12 @@ DIGEST_RULES = "envlock-payload-2"
 # index: a wheel on an index; direct: a wheel URL from direct_url.json;
 # repacked: built by envlock from a host's live files; store: a wheel someone
 # put in the artifact store (a build for the target's GPU, say), found by the resolver.
+# built: a wheel ``envlock build`` made from its sdist for the target's GPU (its build
+# record is ``store/builds/<sha256>.json``), found in the store by the resolver.
 # foreign: a package of a PEP 751 lock another tool wrote (``lock/foreign.py``);
 # never in a lock envlock writes or applies.
-Source = Literal["index", "direct", "repacked", "store", "foreign"]
-SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store")
+Source = Literal["index", "direct", "repacked", "store", "built", "foreign"]
+SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store", "built")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

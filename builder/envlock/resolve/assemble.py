@@ -31,6 +31,8 @@ def deviation_reason(
     """Why ``cand`` differs from the reference's choice (None when it does not)."""
     if cand.reference is not None:
         return None
+    if cand.source == "built":
+        return built_reason(finder, cand)
     if ref is None:
         return f"added: required by {needed_by} on the target" if needed_by else "added by a profile pin"
     ref_cand = next((c for c in finder.candidates(ref.name) if c.reference is not None), None)
@@ -44,6 +46,24 @@ def deviation_reason(
         change = f"{direction} {ref.version} -> {cand.version}: {cand.filename}"
     source = f" from {cand.index}" if cand.index else ""
     return f"the reference's wheel does not fit: {why}; chose {change}{source}"
+
+
+def built_reason(finder: Finder, cand: Candidate) -> str:
+    """Why a wheel ``envlock build`` made is locked: what the index wheels lack on this GPU."""
+    sms = "/".join("sm_" + cc.replace(".", "") for cc in finder.env.gpu_cc) or "the target"
+    listed = [c for c in finder.candidates(cand.name) if not c.in_store]
+    problems = [finder.problem(c) for c in listed]
+    if not listed:
+        why = "no index lists a wheel of it"
+    elif all(p is not None and "no image for sm_" in p for p in problems):
+        why = f"no index wheel has {sms} SASS or PTX"
+    elif all(p is not None for p in problems):
+        first = next(p for p in problems if p is not None)
+        why = f"no index wheel runs on the target ({first})"
+    else:
+        why = "preferred over the index wheels of other versions"
+    record = f"store/builds/{cand.sha256}.json"
+    return f"built for {sms}: {why}; chose {cand.version}: {cand.filename} (envlock build; {record})"
 
 
 def _versioned_name(rel: str, old_minor: str, new_minor: str) -> str:

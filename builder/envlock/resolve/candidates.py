@@ -24,6 +24,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from envlock.buildrecord import read_record
 from envlock.fetch import ArtifactError, fetch_one
 from envlock.index import IndexClient, IndexFile
 from envlock.lock.model import Artifact, Lock, Package, Source
@@ -42,11 +43,14 @@ class Candidate:
     reference: Package | None = None  # set when this is the reference's own artifact
     requires_python: str | None = None
     in_store: bool = False  # a wheel placed in the artifact store rather than listed by an index
+    built: bool = False  # a store wheel `envlock build` made (it has a build record)
 
     @property
     def source(self) -> Source:
         if self.reference is not None:
             return self.reference.source
+        if self.built:
+            return "built"
         return "store" if self.in_store else "index"
 
     @property
@@ -118,13 +122,19 @@ class Finder:
         for path in self._store_wheels(name):
             if path.parent.name not in known:
                 version = parse_wheel_filename(path.name)[1]
-                found.append(Candidate(name, version, path.name, path.parent.name, None, None, in_store=True))
+                built = read_record(self.store, path.parent.name) is not None
+                found.append(
+                    Candidate(
+                        name, version, path.name, path.parent.name, None, None, in_store=True, built=built
+                    )
+                )
         self._listing[name] = found
         return found
 
     def _store_wheels(self, name: str) -> list[Path]:
-        """Wheels of ``name`` in the store (``wheels/<sha256>/<file name>``): rebuilt
-        for a target's GPU, or captured from another host."""
+        """Wheels of ``name`` in the store (``wheels/<sha256>/<file name>``): built for
+        a target's GPU (``envlock build``, with a record in ``builds/``), or captured
+        from another host."""
         prefix = name.replace("-", "_")
         found = []
         for path in sorted((self.store.root / "wheels").glob("*/*.whl")):

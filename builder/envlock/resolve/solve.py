@@ -28,7 +28,7 @@ def resolve(
     try:
         result = Resolver(provider, BaseReporter()).resolve(roots, max_rounds=2000)
     except ResolutionImpossible as exc:
-        raise ResolveError(_explain(finder, env, exc)) from exc
+        raise ResolveError(_explain(finder, env, exc, profile.name)) from exc
     except ResolutionTooDeep as exc:
         raise ResolveError(
             f"resolution for {profile.name} did not settle after {exc.round_count} rounds"
@@ -41,7 +41,7 @@ def resolve(
     return dict(result.mapping), needed_by
 
 
-def _explain(finder: Finder, env: TargetEnv, exc: ResolutionImpossible) -> str:  # type: ignore[type-arg]
+def _explain(finder: Finder, env: TargetEnv, exc: ResolutionImpossible, host: str) -> str:  # type: ignore[type-arg]
     names = []
     for cause in exc.causes:
         name = canonicalize_name(cause.requirement.name)
@@ -69,12 +69,19 @@ def _explain(finder: Finder, env: TargetEnv, exc: ResolutionImpossible) -> str: 
             continue
         reasons = [why for _cand, why in rejected]
         first = next((why for cand, why in rejected if cand.reference is not None), reasons[0])
-        parts.append(f"{label}: {_short(first)}{_fix(first, env)}")
+        parts.append(f"{label}: {_short(first)}{_fix(first, env)}{_build_hint(first, name, host)}")
     return "; ".join(parts) or "no consistent set of artifacts"
 
 
 def _short(reason: str) -> str:
     return reason if len(reason) < 300 else reason[:297] + "..."
+
+
+def _build_hint(reason: str, name: str, host: str) -> str:
+    """Where no wheel has the GPU's arch: the command that builds one from the sdist."""
+    if "no image for sm_" not in reason:
+        return ""
+    return f" (`envlock build {name} --host {host}` builds one from its sdist)"
 
 
 def _fix(reason: str, env: TargetEnv) -> str:

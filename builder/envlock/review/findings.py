@@ -62,7 +62,8 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     before, after = change.before, change.after
     found: list[Finding] = []
     if before is not None and after is not None and change.kind == "artifact":
-        local = ("repacked", "store")  # envlock or the user built these: the file name is not an index's
+        # envlock or the user built these: the file name is not an index's
+        local = ("repacked", "store", "built")
         pinned = before.source not in local and after.source not in local
         was, now = all_artifacts(before), all_artifacts(after)  # a foreign lock lists several
         for name in sorted(was.keys() & now.keys()):
@@ -81,7 +82,7 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     if after is not None and after.native and before is None:
         paths = [library_label(lib.path) for lib in after.native]
         found.append(Finding("new-native-library", "warn", f"adds native code: {_list(paths)}"))
-    if after is not None and after.source in ("repacked", "store"):
+    if after is not None and after.source in ("repacked", "store", "built"):
         what = "added" if before is None else "changed"
         reason = after.reason or "repacked from the live files"
         found.append(Finding("local-build", "warn", f"locally built or modified package {what}: {reason}"))
