@@ -134,6 +134,10 @@ def result_json(result: ApplyResult) -> dict[str, Any]:
         ],
         "pushed_files": result.pushed_files,
         "pushed_bytes": result.pushed_bytes,
+        "pulled_files": result.pulled_files,
+        "pulled_bytes": result.pulled_bytes,
+        "pull_failures": list(result.pull_failures),
+        "bytes_sent": result.bytes_sent,
         "host_report": result.host_report,
         "drift": _drift_json(result.drift) if result.drift else None,
         "drift_refused": result.drift_refused,
@@ -222,7 +226,13 @@ def render_text(result: ApplyResult) -> str:
         return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
-        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}",
+        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}"
+        + (
+            f"; {result.host} fetched {plural(result.pulled_files, 'file')} itself, "
+            f"{human_size(result.pulled_bytes)}"
+            if result.pulled_files
+            else ""
+        ),
         f"installed {plural(int(report.get('installed') or 0), 'wheel')}, "
         f"verified {plural(int(report.get('verified_files') or 0), 'file')}, "
         f"smoke: {smoke.get('ok', 0)} ok, {smoke.get('skipped', 0)} skipped, "
