@@ -181,7 +181,7 @@ class _Puller:
                 os.replace(part, final)
                 got = os.path.getsize(final)
                 return {"sha256": sha, "name": name, "size": got, "url": url, "resumed_from": resumed}, None
-            if os.path.getsize(part) == 0:
+            if os.path.exists(part) and os.path.getsize(part) == 0:
                 os.unlink(part)  # nothing to resume
         return None, {"sha256": sha, "name": name, "error": "; ".join(errors) or "no URL to fetch it from"}
 
