@@ -16,6 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,7 @@ from envlock.agent.protocol import (
 )
 from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
+from envlock.airgap import ImportedBundle, import_bundle
 from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
 from envlock.drift import VerifyResult
 from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
@@ -55,7 +57,7 @@ from envlock.store import Store, blob_key, open_store, wheel_key
 from envlock.storepush import push_objects
 from envlock.transfer import Item, PushResult, push, uv_binary
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
-from envlock.workspace import Workspace
+from envlock.workspace import LockedVenv, Workspace
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
 
@@ -68,6 +70,7 @@ class ApplyOptions:
     force: bool = False  # replace a venv another tool built
     discard_drift: bool = False  # replace a venv whose files were edited since envlock wrote them
     keep_staging: bool = False  # keep the staged venv after any failure, not only verify and smoke
+    bundle: Path | None = None  # apply from an air-gapped bundle (envlock bundle), no network
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,11 +288,46 @@ def apply(
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
         raise EnvlockError(f"{profile.path}: {refused}")
+    with ExitStack() as stack:
+        imported = None
+        if options.bundle is not None:
+            into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="envlock-bundle-")))
+            imported = _from_bundle(workspace, host, options.bundle, into)
+            profile = replace(profile, pull="never")  # no network: everything comes from the bundle
+        return _apply_host(workspace, profile, options, reporter, imported)
+
+
+def _from_bundle(workspace: Workspace, host: str, bundle: Path, into: Path) -> ImportedBundle:
+    """The bundle, checked and its objects in the store; refused when the workspace holds
+    another lock for the host (apply what was reviewed, or say why not)."""
+    imported = import_bundle(workspace, bundle, host, into)
+    mine = workspace.lock_path(host)
+    if mine.is_file():
+        digest = read_lock(mine, shown=workspace.shown(mine)).digest
+        if digest != imported.locked.lock.digest:
+            raise EnvlockError(
+                f"{bundle}: made from another lock than {workspace.shown(mine)} "
+                f"({imported.locked.lock.digest[:19]} vs {digest[:19]}); bundle the current lock again"
+            )
+    return imported
+
+
+def _apply_host(
+    workspace: Workspace,
+    profile: HostProfile,
+    options: ApplyOptions,
+    reporter: Reporter,
+    imported: ImportedBundle | None,
+) -> ApplyResult:
+    host = profile.name
     # The lock's own digest must match what it says before it is trusted even
     # for the no-op check; the manifest and every tree digest are checked
     # (checked_lock) before anything is changed.
-    lock = workspace.read_lock(host)
-    shown = workspace.shown(workspace.lock_path(host))
+    if imported is not None:
+        lock, shown = imported.locked.lock, imported.locked.shown
+    else:
+        lock = workspace.read_lock(host)
+        shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
         python = lock_python(transport, profile, lock, shown).path
         # The first answer of the host's agent: a stale one is refused before anything is sent.
@@ -311,8 +349,9 @@ def apply(
         refusal = state.get("refused")
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
             raise EnvlockError(f"host {host}: {refusal}")
-        lock, rows = checked_lock(workspace, host)
-        drift = _drift(workspace, host, lock) if state["exists"] and _describes(lock, host, state) else None
+        locked = imported.locked if imported is not None else workspace.read_locked(host)
+        lock, rows = locked.lock, locked.rows()
+        drift = _drift(workspace, host, locked) if state["exists"] and _describes(lock, host, state) else None
         if drift is not None and not options.discard_drift:
             return ApplyResult(
                 host=host, venv=profile.venv, noop=False, dry_run=options.dry_run, changes=changes,
@@ -327,6 +366,7 @@ def apply(
         result = _apply(
             workspace, profile, lock, rows, transport,
             python=python, changes=changes, options=options, reporter=reporter, force=force,
+            uv_from=imported.uv if imported is not None else None,
         )  # fmt: skip
         return replace(result, drift=drift, bytecode=bytecode)
 
@@ -348,12 +388,11 @@ def _describes(lock: Lock, host: str, state: AppliedAnswer) -> bool:
     return state.get("stamp_digest") is None and lock.role == "reference" and lock.host == host
 
 
-def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
+def _drift(workspace: Workspace, host: str, locked: LockedVenv) -> VerifyResult | None:
     """Hand edits an apply of this lock would discard: verify's findings."""
     from envlock.capture.live import snapshot_live
     from envlock.drift import compare
 
-    locked = workspace.read_locked(host)
     found = compare(locked.lock, locked.manifest, snapshot_live(workspace, host), workspace.lock_path(host))
     # Damaged bytecode is not a hand edit: the plan lists it, the apply rebuilds it.
     return found if found.files or found.dists else None
@@ -371,6 +410,7 @@ def _apply(
     options: ApplyOptions,
     reporter: Reporter,
     force: bool,
+    uv_from: Path | None = None,
 ) -> ApplyResult:
     store = open_store(workspace)
     verified = VerifiedCache(store)
@@ -378,7 +418,7 @@ def _apply(
     def fetch_wheel(pkg: Package) -> Path:
         return fetch_one(store, workspace.locks_dir, pkg, verified).path
 
-    uv = _uv_wanted(workspace, store)
+    uv = _uv_wanted(workspace, store) if uv_from is None else _uv_at(uv_from)
     plan, wanted = build_plan(profile, lock, rows, store, fetch_wheel, uv, options, python, force)
     plan_bytes = json.dumps(plan).encode()
     try:
@@ -470,6 +510,10 @@ def _local_items(wanted: list[Wanted], reporter: Reporter) -> list[Item]:
         done += w.size or 0
         reporter.progress("fetch", done, total, "")
     return items
+
+
+def _uv_at(path: Path) -> Wanted:
+    return Wanted(hash_file(path), "uv", path.stat().st_size, (), lambda: path)
 
 
 def _uv_wanted(workspace: Workspace, store: Store) -> Wanted:

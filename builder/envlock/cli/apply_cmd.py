@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
@@ -81,6 +82,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the staged venv after any failure (it is kept after a failed verify or smoke anyway)",
     )
+    p.add_argument(
+        "--from",
+        dest="bundle",
+        metavar="FILE",
+        help="apply from an air-gapped bundle written by `envlock bundle` (no network: every artifact, "
+        "uv and the lock come from FILE, each checked against its sha256)",
+    )
     p.set_defaults(run=run)
     r = sub.add_parser(
         "rollback",
@@ -111,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         discard_drift=args.discard_drift,
         keep_staging=args.keep_staging,
+        bundle=Path(args.bundle) if args.bundle else None,
     )
     try:
         result = apply(workspace, args.host, options, reporter=reporter)
