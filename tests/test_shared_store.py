@@ -276,3 +276,152 @@ def test_a_bad_envlock_toml_is_one_line_naming_the_field(
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.startswith(f"envlock: error: {message}") or message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# ------------------------------------------------------------------ air-gapped bundles
+
+
+@pytest.fixture(scope="module")
+def bundle(shared: Shared, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ct200's bundle, written in a fresh clone (no store/: every object comes from the server)."""
+    base = tmp_path_factory.mktemp("bundle")
+    root = clone(shared, base / "clone")
+    add_target(root, base / "unused-venv")
+    out = base / "ct200.bundle"
+    proc = envlock(root, base / "home", "bundle", "ct200", "-o", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)["result"]
+    assert result["output"] == str(out) and result["members"] > len(repacked(root, "ct200"))
+    return out
+
+
+def offline_clone(shared: Shared, into: Path, target: Path) -> Path:
+    root = clone(shared, into)
+    add_target(root, target)
+    return root
+
+
+def offline_apply(root: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """envlock in a network namespace of its own: no route anywhere, loopback down."""
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("XDG_CACHE_HOME", None)
+    return subprocess.run(
+        ["unshare", "-n", ENVLOCK, "apply", "ct200", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def test_a_bundle_applies_with_the_network_cut_off(
+    tmp_path: Path, shared: Shared, bundle: Path, reference: Reference
+) -> None:
+    target = tmp_path / "target-venv"
+    root = offline_clone(shared, tmp_path / "clone", target)
+    # Without the bundle the clone cannot apply offline: the store-only wheels are on the server.
+    cut = offline_apply(root, tmp_path / "home0")
+    assert cut.returncode == 2 and "cannot download" in cut.stderr, cut.stderr
+    proc = offline_apply(root, tmp_path / "home", "--from", str(bundle), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)["result"]
+    assert result["pulled_files"] == 0 and result["host_report"]["verified_files"] > 20
+    assert walk_payload(target) == walk_payload(reference.venv)
+
+
+def _rewrite(good: Path, out: Path, change: Any) -> Path:
+    """A copy of ``good`` whose members pass through ``change(info, data) -> [(info, data)]``."""
+    import io
+    import tarfile
+
+    with tarfile.open(good) as src, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as dst:
+        for info in src.getmembers():
+            stream = src.extractfile(info)
+            data = stream.read() if stream is not None else b""
+            for new_info, new_data in change(info, data):
+                dst.addfile(new_info, io.BytesIO(new_data) if new_info.isreg() else None)
+    return out
+
+
+def _listing_with(data: bytes, edit: Any) -> bytes:
+    table = json.loads(data)
+    edit(table)
+    return json.dumps(table).encode()
+
+
+def _sized(info: Any, data: bytes) -> tuple[Any, bytes]:
+    info.size = len(data)
+    return info, data
+
+
+def _hostile_cases(good: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
+    import tarfile
+
+    def is_wheel(info: tarfile.TarInfo) -> bool:
+        return info.name.startswith("store/wheels/") and "localpkg" in info.name
+
+    def flip(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        if is_wheel(info):
+            data = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
+        return [(info, data)]
+
+    def escape(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        if info.name == "envlock-bundle.json":
+
+            def edit(table: dict[str, Any]) -> None:
+                table["members"][2]["path"] = "store/wheels/" + table["members"][2]["sha256"] + "/../../../x"
+
+            return [_sized(info, _listing_with(data, edit))]
+        return [(info, data)]
+
+    def extra(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        out = [(info, data)]
+        if is_wheel(info):
+            evil = tarfile.TarInfo("store/blobs/00/" + "0" * 64)
+            evil.size = 3
+            out.append((evil, b"bad"))
+        return out
+
+    def link(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        if is_wheel(info):
+            sym = tarfile.TarInfo(info.name)
+            sym.type = tarfile.SYMTYPE
+            sym.linkname = "/etc/passwd"
+            return [(sym, b"")]
+        return [(info, data)]
+
+    def short(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        return [_sized(info, data[:-1])] if is_wheel(info) else [(info, data)]
+
+    def drop(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        return [] if is_wheel(info) else [(info, data)]
+
+    def unlisted_first(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        return [] if info.name == "envlock-bundle.json" else [(info, data)]
+
+    return {
+        "hash": (_rewrite(good, tmp / "flip.bundle", flip), "the listing says"),
+        "escape": (_rewrite(good, tmp / "escape.bundle", escape), "refusing member name"),
+        "unlisted": (_rewrite(good, tmp / "extra.bundle", extra), "not in envlock-bundle.json"),
+        "symlink": (_rewrite(good, tmp / "link.bundle", link), "not a regular file"),
+        "size": (_rewrite(good, tmp / "short.bundle", short), "the listing says"),
+        "missing": (_rewrite(good, tmp / "drop.bundle", drop), "listed member(s) missing"),
+        "no listing": (_rewrite(good, tmp / "nolist.bundle", unlisted_first), "not an envlock bundle"),
+    }
+
+
+def test_a_hostile_bundle_is_refused(tmp_path: Path, shared: Shared, bundle: Path) -> None:
+    target = tmp_path / "target-venv"
+    root = offline_clone(shared, tmp_path / "clone", target)
+    cases = _hostile_cases(bundle, tmp_path)
+    gz = tmp_path / "gz.bundle"
+    subprocess.run(f"gzip -c {bundle} > {gz}", shell=True, check=True)
+    cases["compressed"] = (gz, "cannot read as an envlock bundle")
+    for what, (path, message) in cases.items():
+        proc = offline_apply(root, tmp_path / "home", "--from", str(path))
+        assert proc.returncode == 2, (what, proc.stdout)
+        assert message in proc.stderr and str(path) in proc.stderr, (what, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, (what, proc.stderr)
+        assert not target.exists(), what
+        assert not list(tmp_path.rglob("x")) and not list(root.rglob("*.part")), what
+        if what == "hash":  # the damaged wheel never took its name in the store
+            assert not list(root.glob("store/wheels/*/localpkg-*.whl"))
