@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import apply_bench
 import capture_bench
 import diff_bench
+import fleet_bench
 import inspect_bench
 import lock_bench
 import smoke_bench
@@ -30,6 +31,7 @@ BENCHES = {
     "apply": apply_bench,
     "lock": lock_bench,
     "smoke": smoke_bench,
+    "fleet": fleet_bench,
 }
 
 

@@ -43,7 +43,8 @@ class StoreServer:
     proc: subprocess.Popen[bytes]
 
     @classmethod
-    def start(cls, root: Path, work: Path) -> StoreServer:
+    def start(cls, root: Path, work: Path, also: dict[str, Path] | None = None) -> StoreServer:
+        """Serve ``root`` at /envlock/ (and each of ``also``, name -> directory, at /name/)."""
         if not Path(NGINX).exists() and shutil.which("nginx") is None:
             raise RuntimeError("nginx not found: install Debian's nginx-light (make test does)")
         work.mkdir(parents=True, exist_ok=True)
@@ -53,12 +54,16 @@ class StoreServer:
         temp = "".join(
             f"        {name}_temp_path {work / name};\n" for name in ("client_body", "proxy", "fastcgi")
         )
+        locations = LOCATION.format(root=root)
+        for name, directory in (also or {}).items():
+            # A package index: nginx's built-in types, so index.html pages are text/html.
+            locations += f"        location /{name}/ {{ alias {directory}/; index index.html; }}\n"
         conf = work / "nginx.conf"
         conf.write_text(
             f"daemon off;\nmaster_process off;\nworker_processes 1;\npid {work / 'nginx.pid'};\n"
             f"error_log {work / 'error.log'};\nevents {{ worker_connections 64; }}\n"
             f"http {{\n    access_log {log} combined;\n{temp}"
-            f"    server {{\n        listen 127.0.0.1:{port};\n{LOCATION.format(root=root)}    }}\n}}\n"
+            f"    server {{\n        listen 127.0.0.1:{port};\n{locations}    }}\n}}\n"
         )
         proc = subprocess.Popen(
             [NGINX, "-c", str(conf), "-p", str(work), "-e", str(work / "error.log")],

@@ -387,7 +387,7 @@ class RollbackAnswer(_RollbackRequired, total=False):
 class ProgressEvent(TypedDict):
     """One ``@progress`` line: ``done`` of ``total`` in ``phase`` (bytes for hash, items otherwise).
 
-    Phases: hash, stage, install, verify, smoke. ``detail`` says what is being
+    Phases: hash, pull, stage, install, verify, smoke. ``detail`` says what is being
     done now: files hashed (``120/3400 files``), a step, the import just done.
     """
 

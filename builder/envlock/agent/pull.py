@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -31,7 +33,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, List, Optional, Set, Tuple
 
-from envlock.agent.protocol import PullAnswer, PulledArtifact, PullFailure, PullItem
+from envlock.agent.protocol import ProgressEvent, PullAnswer, PulledArtifact, PullFailure, PullItem
 from envlock.agent.receive import CHUNK, ReceiveError, _final
 
 CONNECT_TIMEOUT = 20.0  # seconds per socket operation
@@ -194,10 +196,22 @@ def pull(directory: str, items: List[PullItem], jobs: int = JOBS) -> PullAnswer:
                 raise ReceiveError("refusing URL %r" % (url,))
     puller = _Puller(directory)
     answer: PullAnswer = {"pulled": [], "failed": []}
+    total = sum(item["size"] or 0 for item in items)
+    done = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for pulled, failed in pool.map(puller.fetch, items):
+        for i, (pulled, failed) in enumerate(pool.map(puller.fetch, items)):  # in order, as they end
+            item = items[i]
             if pulled is not None:
                 answer["pulled"].append(pulled)
             if failed is not None:
                 answer["failed"].append(failed)
+            done += item["size"] or 0
+            _progress(done, total, item["name"])
     return answer
+
+
+def _progress(done: int, total: int, detail: str) -> None:
+    """An ``@progress`` line (``ProgressEvent``) on stderr, as the other host commands write."""
+    event: ProgressEvent = {"phase": "pull", "done": done, "total": total, "detail": detail}
+    sys.stderr.write("@progress " + json.dumps(event) + "\n")
+    sys.stderr.flush()

@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from envlock.drift import VerifyResult
 
 DRIFT_SHOWN = 20  # findings listed in the plan before the rest is counted
-PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}
+PHASE_LABELS = {
+    "fetch": "fetch",
+    "pull": "pull",
+    "push": "push",
+    "install": "install",
+    "verify": "verify",
+    "smoke": "smoke",
+}
 
 
 class _Reporter(Reporter):
