@@ -18,6 +18,7 @@ import pytest
 
 from conftest import Reference, write_profile
 from helpers import ENVLOCK, UV, copy_lock, walk_payload
+from sshrig import VENV_PATH, SshRig
 from storeserver import StoreServer
 
 GIT = ["git", "-c", "user.name=envlock-tests", "-c", "user.email=tests@envlock.invalid"]
@@ -146,6 +147,25 @@ def test_a_host_that_reaches_the_store_fetches_itself(tmp_path: Path, shared: Sh
     by_agent = [line for line in shared.server.requests()[before:] if "envlock-agent" in line]
     assert any("localpkg" in line for line in by_agent), by_agent
     assert not (root / "store" / "wheels").exists()
+
+
+def test_an_ssh_host_fetches_from_the_store_itself(tmp_path: Path, shared: Shared) -> None:
+    """Over SSH (sshd in its own mount namespace, its own drop): the agent there pulls."""
+    rig = SshRig.start(tmp_path / "rig", ("ct-pull",))
+    try:
+        root = clone(shared, tmp_path / "clone")
+        (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-pull"))
+        copy_lock(root, "ct129", "ct200")
+        result = apply_json(root, tmp_path / "home")
+        assert result["pushed_files"] == 0 and result["pull_failures"] == [], result
+        assert result["bytes_sent"] < result["pulled_bytes"] / 100, result
+        drop = rig.hosts["ct-pull"].root.parent / "cache" / "artifacts"
+        for wheel in repacked(root, "ct200"):
+            assert (drop / wheel["hashes"]["sha256"] / wheel["name"]).is_file()
+        ran = rig.run("ct-pull", [f"{VENV_PATH}/bin/python", "-c", "import localpkg, alpha; print('ok')"])
+        assert ran.stdout.strip() == "ok", ran.stderr
+    finally:
+        rig.stop()
 
 
 def test_a_host_that_cannot_reach_the_store_gets_what_it_lacks_pushed(tmp_path: Path, shared: Shared) -> None:
