@@ -123,6 +123,19 @@ def test_a_fresh_clone_locks_applies_verifies_and_reviews_through_the_store(
     write_profile(root, "ct300", tmp_path / "venv300", None, 'reference = "ct129"\n')
     locked = envlock(root, tmp_path / "home", "lock", "ct300")
     assert locked.returncode == 0, locked.stderr
+    # Its bin/ scripts point at ct300's venv: new blobs, pushed to the shared store by lock.
+    blobs = {
+        sha
+        for p in lock_of(root, "ct300")["packages"]
+        for sha in p.get("tool", {}).get("envlock", {}).get("scripts", {}).values()
+    }
+    assert blobs - {
+        sha
+        for p in lock_of(root, "ct129")["packages"]
+        for sha in p.get("tool", {}).get("envlock", {}).get("scripts", {}).values()
+    }, "ct300's scripts should differ from ct129's (another venv path)"
+    for sha in blobs:
+        assert (shared.served / "blobs" / sha[:2] / sha).is_file(), sha
     subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
     review = envlock(root, tmp_path / "home", "review", "--base", "HEAD", "--no-index")
     assert review.returncode in (0, 1), review.stderr
@@ -258,17 +271,27 @@ def test_a_cut_off_pull_resumes_with_a_range_request(tmp_path: Path, shared: Sha
 
 def test_the_agent_refuses_hostile_pull_items(tmp_path: Path, shared: Shared) -> None:
     sha = "a" * 64
+    wheel = repacked(shared.origin, "ct129")[0]
+    good_sha = wheel["hashes"]["sha256"]
+    good = {
+        "sha256": good_sha,
+        "name": wheel["name"],
+        "size": wheel["size"],
+        "urls": [f"{shared.server.url}wheels/{good_sha}/{wheel['name']}"],
+    }
     for item in (
         {"sha256": sha, "name": "../evil", "size": 1, "urls": [shared.server.url]},
         {"sha256": "../../x", "name": "ok.whl", "size": 1, "urls": [shared.server.url]},
     ):
+        # The whole list is refused before anything is fetched, the good item included.
         proc = subprocess.run(
             [str(Path(ENVLOCK).parent / "python"), "-m", "envlock.agent", "pull", "--dir", str(tmp_path)],
-            input=json.dumps([item]),
+            input=json.dumps([good, item]),
             capture_output=True,
             text=True,
         )
         assert proc.returncode == 2 and "refusing artifact name" in proc.stderr, proc.stderr
+        assert not (tmp_path / good_sha).exists()
     # A URL that is not http(s) or file is a failure of that item, not a fetch.
     answer = agent_pull(tmp_path, [{"sha256": sha, "name": "x.whl", "size": 1, "urls": ["ftp://x/y"]}])
     assert answer["pulled"] == [] and "not an http(s)://" in answer["failed"][0]["error"]
