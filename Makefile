@@ -15,9 +15,10 @@ setup: $(BIN)/envlock
 
 # The SSH tests run real sshd (Debian's openssh-server) in mount namespaces;
 # the corpus builds PyYAML from its sdist against the system's libyaml.
+# The shared-store tests serve a store with nginx (docs/store.md).
 test-deps:
-	@{ test -x /usr/sbin/sshd && test -f /usr/include/yaml.h; } || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server libyaml-dev >/dev/null; }
+	@{ test -x /usr/sbin/sshd && test -f /usr/include/yaml.h && test -x /usr/sbin/nginx; } || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server libyaml-dev nginx-light >/dev/null; }
 
 test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests

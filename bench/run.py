@@ -17,6 +17,7 @@ import abi_bench
 import apply_bench
 import capture_bench
 import diff_bench
+import fleet_bench
 import inspect_bench
 import lock_bench
 import smoke_bench
@@ -32,6 +33,7 @@ BENCHES = {
     "lock": lock_bench,
     "smoke": smoke_bench,
     "abi": abi_bench,
+    "fleet": fleet_bench,
 }
 
 

@@ -128,6 +128,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
     "show": (lambda root: ["show", "ct129"], 0),
     "git-setup": (lambda root: ["git-setup"], 0),
     "gc": (lambda root: ["gc", "--dry-run"], 0),
+    "bundle": (lambda root: ["bundle", "ct129", "-o", str(root.parent / "ct129.bundle")], 0),
 }
 
 # command -> arguments it cannot run with (exit 2, an error envelope)
@@ -146,6 +147,7 @@ REFUSALS: dict[str, list[str]] = {
     "show": ["show", "nosuch"],
     "git-setup": ["git-setup"],  # run where there is no git repository
     "gc": ["gc", "--dry-run"],  # run where a lock cannot be read: gc deletes nothing then
+    "bundle": ["bundle", "nosuch", "-o", "/nonexistent/x.bundle"],
 }
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +32,32 @@ from envlock.agent.protocol import (
     PlanBinFile,
     PlanSource,
     PlanWheel,
+    PullAnswer,
+    PulledArtifact,
+    PullItem,
     RollbackAnswer,
 )
 from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
+from envlock.airgap import ImportedBundle, import_bundle
 from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
 from envlock.drift import VerifyResult
 from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
-from envlock.fetch import Fetched, blob, fetch_all, hash_file
+from envlock.fetch import ArtifactError, VerifiedCache, blob, fetch_one, hash_file
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.compare import version_kind
 from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
-from envlock.lock.model import FileEntry, Lock
+from envlock.lock.model import Artifact, FileEntry, Lock, Package
 from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
 from envlock.reporter import Reporter
 from envlock.smokereport import SmokeResult, build_result, host_has_gpu
-from envlock.store import Store
-from envlock.transfer import Item, push
+from envlock.store import Store, blob_key, open_store, wheel_key
+from envlock.storepush import push_objects
+from envlock.transfer import Item, PushResult, push, uv_binary
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
-from envlock.workspace import Workspace
+from envlock.workspace import LockedVenv, Workspace
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
 
@@ -65,6 +70,7 @@ class ApplyOptions:
     force: bool = False  # replace a venv another tool built
     discard_drift: bool = False  # replace a venv whose files were edited since envlock wrote them
     keep_staging: bool = False  # keep the staged venv after any failure, not only verify and smoke
+    bundle: Path | None = None  # apply from an air-gapped bundle (envlock bundle), no network
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +90,10 @@ class ApplyResult:
     changes: tuple[Change, ...]
     pushed_files: int = 0
     pushed_bytes: int = 0
+    pulled_files: int = 0  # fetched by the host itself (shared store, indexes)
+    pulled_bytes: int = 0
+    pull_failures: tuple[str, ...] = ()  # what the host could not fetch (pushed instead), and why
+    bytes_sent: int = 0  # everything the controller sent the host: pushed artifacts, pull list, plan
     host_report: Mapping[str, Any] = field(default_factory=dict)  # the agent's ApplyAnswer
     # Hand edits in the live venv (verify's findings against this very lock);
     # apply refuses to discard them without --discard-drift.
@@ -160,36 +170,55 @@ def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: s
     return found
 
 
-def _uv_binary() -> Path:
-    """The uv that envlock itself depends on (shipped to hosts as one file)."""
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file():
-        return beside
-    found = shutil.which("uv")
-    if found is None:
-        raise EnvlockError("uv not found beside envlock's Python nor on PATH (pip install uv)")
-    return Path(found)
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """An artifact the host needs in its drop: where the host could fetch it itself (``urls``),
+    and how the controller gets it to push it instead (``local``: into the store, hash checked)."""
+
+    sha256: str
+    name: str  # in the drop: <sha256>/<name>
+    size: int | None
+    urls: tuple[str, ...]
+    local: Callable[[], Path]
+
+    def item(self) -> Item:
+        return Item(self.sha256, self.name, self.local())
+
+
+def _wheel_urls(store: Store, art: Artifact) -> tuple[str, ...]:
+    """Where a host can read a wheel: its index URL, or the shared store for store wheels."""
+    if art.url is not None:
+        return (art.url,)
+    if art.path is not None and store.remote is not None:
+        return (store.remote + wheel_key(art.sha256, art.filename),)
+    return ()
+
+
+def _blob_urls(store: Store, sha: str) -> tuple[str, ...]:
+    return (store.remote + blob_key(sha),) if store.remote is not None else ()
 
 
 def build_plan(
     profile: HostProfile,
     lock: Lock,
     rows: list[FileEntry],
-    fetched: list[Fetched],
     store: Store,
-    uv_item: Item,
+    fetch_wheel: Callable[[Package], Path],
+    uv: Wanted,
     options: ApplyOptions,
     python: str,
     force: bool = False,
-) -> tuple[ApplyPlan, list[Item]]:
-    items = [uv_item]
+) -> tuple[ApplyPlan, list[Wanted]]:
+    wanted = [uv]
     wheels: list[PlanWheel] = []
-    for f in fetched:
-        art = f.package.wheel
-        items.append(Item(art.sha256, art.filename, f.path))
+    for pkg in lock.packages:
+        art = pkg.wheel
+        wanted.append(
+            Wanted(art.sha256, art.filename, art.size, _wheel_urls(store, art), partial(fetch_wheel, pkg))
+        )
         wheels.append(
             {
-                "name": f.package.name,
+                "name": pkg.name,
                 "sha256": art.sha256,
                 "path": f"{REMOTE_ARTIFACTS}/{art.sha256}/{art.filename}",
             }
@@ -198,7 +227,8 @@ def build_plan(
     for pkg in lock.packages:
         if pkg.source_tree is not None:
             sha = pkg.source_tree.sha256
-            items.append(Item(sha, "source.tar.gz", blob(store, sha, f"{pkg.name} source tree")))
+            get = partial(blob, store, sha, f"{pkg.name} source tree")
+            wanted.append(Wanted(sha, "source.tar.gz", pkg.source_tree.size, _blob_urls(store, sha), get))
             sources.append(
                 {"path": pkg.source_tree.path, "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
             )
@@ -206,7 +236,8 @@ def build_plan(
     bin_files: dict[str, PlanBinFile] = {}
     for pkg in lock.packages:
         for rel, sha in pkg.scripts.items():
-            items.append(Item(sha, "blob", blob(store, sha, f"{pkg.name} {rel}")))
+            get = partial(blob, store, sha, f"{pkg.name} {rel}")
+            wanted.append(Wanted(sha, "blob", None, _blob_urls(store, sha), get))
             bin_files[rel] = {"path": f"{REMOTE_ARTIFACTS}/{sha}/blob", "executable": kinds.get(rel) == "x"}
     plan: ApplyPlan = {
         "venv": profile.venv,
@@ -228,7 +259,7 @@ def build_plan(
             }
             for p in lock.packages
         ],
-        "uv": f"{REMOTE_ARTIFACTS}/{uv_item.sha256}/uv",
+        "uv": f"{REMOTE_ARTIFACTS}/{uv.sha256}/uv",
         "wheels": wheels,
         "bin_files": bin_files,
         "sources": sources,
@@ -242,7 +273,7 @@ def build_plan(
         "force": force,
         "keep_staging": options.keep_staging,
     }
-    return plan, items
+    return plan, wanted
 
 
 def apply(
@@ -257,11 +288,46 @@ def apply(
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
         raise EnvlockError(f"{profile.path}: {refused}")
+    with ExitStack() as stack:
+        imported = None
+        if options.bundle is not None:
+            into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="envlock-bundle-")))
+            imported = _from_bundle(workspace, host, options.bundle, into)
+            profile = replace(profile, pull="never")  # no network: everything comes from the bundle
+        return _apply_host(workspace, profile, options, reporter, imported)
+
+
+def _from_bundle(workspace: Workspace, host: str, bundle: Path, into: Path) -> ImportedBundle:
+    """The bundle, checked and its objects in the store; refused when the workspace holds
+    another lock for the host (apply what was reviewed, or say why not)."""
+    imported = import_bundle(workspace, bundle, host, into)
+    mine = workspace.lock_path(host)
+    if mine.is_file():
+        digest = read_lock(mine, shown=workspace.shown(mine)).digest
+        if digest != imported.locked.lock.digest:
+            raise EnvlockError(
+                f"{bundle}: made from another lock than {workspace.shown(mine)} "
+                f"({imported.locked.lock.digest[:19]} vs {digest[:19]}); bundle the current lock again"
+            )
+    return imported
+
+
+def _apply_host(
+    workspace: Workspace,
+    profile: HostProfile,
+    options: ApplyOptions,
+    reporter: Reporter,
+    imported: ImportedBundle | None,
+) -> ApplyResult:
+    host = profile.name
     # The lock's own digest must match what it says before it is trusted even
     # for the no-op check; the manifest and every tree digest are checked
     # (checked_lock) before anything is changed.
-    lock = workspace.read_lock(host)
-    shown = workspace.shown(workspace.lock_path(host))
+    if imported is not None:
+        lock, shown = imported.locked.lock, imported.locked.shown
+    else:
+        lock = workspace.read_lock(host)
+        shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
         python = lock_python(transport, profile, lock, shown).path
         # The first answer of the host's agent: a stale one is refused before anything is sent.
@@ -283,8 +349,9 @@ def apply(
         refusal = state.get("refused")
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
             raise EnvlockError(f"host {host}: {refusal}")
-        lock, rows = checked_lock(workspace, host)
-        drift = _drift(workspace, host, lock) if state["exists"] and _describes(lock, host, state) else None
+        locked = imported.locked if imported is not None else workspace.read_locked(host)
+        lock, rows = locked.lock, locked.rows()
+        drift = _drift(workspace, host, locked) if state["exists"] and _describes(lock, host, state) else None
         if drift is not None and not options.discard_drift:
             return ApplyResult(
                 host=host, venv=profile.venv, noop=False, dry_run=options.dry_run, changes=changes,
@@ -299,6 +366,7 @@ def apply(
         result = _apply(
             workspace, profile, lock, rows, transport,
             python=python, changes=changes, options=options, reporter=reporter, force=force,
+            uv_from=imported.uv if imported is not None else None,
         )  # fmt: skip
         return replace(result, drift=drift, bytecode=bytecode)
 
@@ -320,12 +388,11 @@ def _describes(lock: Lock, host: str, state: AppliedAnswer) -> bool:
     return state.get("stamp_digest") is None and lock.role == "reference" and lock.host == host
 
 
-def _drift(workspace: Workspace, host: str, lock: Lock) -> VerifyResult | None:
+def _drift(workspace: Workspace, host: str, locked: LockedVenv) -> VerifyResult | None:
     """Hand edits an apply of this lock would discard: verify's findings."""
     from envlock.capture.live import snapshot_live
     from envlock.drift import compare
 
-    locked = workspace.read_locked(host)
     found = compare(locked.lock, locked.manifest, snapshot_live(workspace, host), workspace.lock_path(host))
     # Damaged bytecode is not a hand edit: the plan lists it, the apply rebuilds it.
     return found if found.files or found.dists else None
@@ -343,26 +410,28 @@ def _apply(
     options: ApplyOptions,
     reporter: Reporter,
     force: bool,
+    uv_from: Path | None = None,
 ) -> ApplyResult:
-    store = Store(workspace.store_dir)
-    reporter.step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
+    store = open_store(workspace)
+    verified = VerifiedCache(store)
 
-    def fetch_progress(done: int, total: int) -> None:
-        reporter.progress("fetch", done, total, "")
+    def fetch_wheel(pkg: Package) -> Path:
+        return fetch_one(store, workspace.locks_dir, pkg, verified).path
 
-    fetched = fetch_all(store, workspace.locks_dir, lock.packages, fetch_progress)
-    uv = _uv_binary()
-    uv_item = Item(hash_file(uv), "uv", uv)
-    plan, items = build_plan(profile, lock, rows, fetched, store, uv_item, options, python, force)
-    reporter.step(f"push what {profile.name} lacks")
-    pushed = push(transport, profile.venv, items, REMOTE_ARTIFACTS, reporter=reporter, python=python)
+    uv = _uv_wanted(workspace, store) if uv_from is None else _uv_at(uv_from)
+    plan, wanted = build_plan(profile, lock, rows, store, fetch_wheel, uv, options, python, force)
+    plan_bytes = json.dumps(plan).encode()
+    try:
+        delivered = deliver(transport, profile, wanted, reporter, python)
+    finally:
+        verified.save()
     reporter.step(f"build, verify, smoke and swap in {profile.venv} on {profile.name}")
     try:
         raw = run_agent(
             transport,
             profile.venv,
             ["apply", *(["--jobs", str(options.jobs)] if options.jobs else [])],
-            stdin=_as_stdin(json.dumps(plan).encode()),
+            stdin=_as_stdin(plan_bytes),
             reporter=reporter,
             python=python,
         )
@@ -371,7 +440,11 @@ def _apply(
     report: ApplyAnswer = agent_answer(transport, raw, "apply")
     result = ApplyResult(
         host=profile.name, venv=profile.venv, noop=False, dry_run=False, changes=changes,
-        pushed_files=len(pushed.sent), pushed_bytes=pushed.bytes_sent, host_report=report,
+        pushed_files=len(delivered.pushed.sent), pushed_bytes=delivered.pushed.bytes_sent,
+        pulled_files=len(delivered.pulled), pulled_bytes=sum(p["size"] for p in delivered.pulled),
+        pull_failures=delivered.failures,
+        bytes_sent=delivered.pushed.bytes_sent + delivered.request_bytes + len(plan_bytes),
+        host_report=report,
     )  # fmt: skip
     if report.get("failed") == "smoke":
         # Explained exactly as `envlock smoke` explains it, against the lock being applied.
@@ -379,6 +452,81 @@ def _apply(
         smoked = build_result(profile, lock, lock_shown, host_has_gpu(profile, lock), report["smoke_report"])
         return replace(result, smoke_failure=smoked, kept_staging=report.get("kept"))
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    pushed: PushResult
+    pulled: tuple[PulledArtifact, ...]
+    failures: tuple[str, ...]
+    request_bytes: int  # the pull list sent to the host
+
+
+def deliver(
+    transport: Transport, profile: HostProfile, wanted: list[Wanted], reporter: Reporter, python: str
+) -> Delivered:
+    """Get every wanted artifact into the host's drop: the host fetches what it can from the
+    URLs (profile ``pull``), the controller pushes the rest (docs/store.md)."""
+    pullable = [w for w in wanted if w.urls] if profile.pull != "never" else []
+    pulled: list[PulledArtifact] = []
+    failures: list[str] = []
+    request_bytes = 0
+    left = wanted
+    if pullable:
+        reporter.step(f"{profile.name} fetches {len(pullable)} artifacts itself (sha256 checked)")
+        items: list[PullItem] = [
+            {"sha256": w.sha256, "name": w.name, "size": w.size, "urls": list(w.urls)} for w in pullable
+        ]
+        request = json.dumps(items).encode()
+        request_bytes = len(request)
+        answer: PullAnswer = json.loads(
+            run_agent(
+                transport, profile.venv, ["pull", "--dir", REMOTE_ARTIFACTS],
+                stdin=_as_stdin(request), reporter=reporter, python=python,
+            )
+        )  # fmt: skip
+        pulled = list(answer["pulled"])
+        failed = {(f["sha256"], f["name"]) for f in answer["failed"]}
+        failures = [f"{f['name']}: {f['error']}" for f in answer["failed"]]
+        if failures and profile.pull == "always":
+            raise ArtifactError(
+                f"host {profile.name} could not fetch {len(failures)} artifact(s) itself and its profile "
+                f"says pull = true: {failures[0]}"
+            )
+        done = {(w.sha256, w.name) for w in pullable} - failed
+        left = [w for w in wanted if (w.sha256, w.name) not in done]
+    reporter.step(f"fetch and push what {profile.name} lacks")
+    pushed = push(transport, profile.venv, _local_items(left, reporter), REMOTE_ARTIFACTS,
+                  reporter=reporter, python=python)  # fmt: skip
+    return Delivered(pushed, tuple(pulled), tuple(failures), request_bytes)
+
+
+def _local_items(wanted: list[Wanted], reporter: Reporter) -> list[Item]:
+    """The controller's own copies (fetched into the store, sha256 checked)."""
+    total = sum(w.size or 0 for w in wanted)
+    items, done = [], 0
+    for w in wanted:
+        items.append(w.item())
+        done += w.size or 0
+        reporter.progress("fetch", done, total, "")
+    return items
+
+
+def _uv_at(path: Path) -> Wanted:
+    return Wanted(hash_file(path), "uv", path.stat().st_size, (), lambda: path)
+
+
+def _uv_wanted(workspace: Workspace, store: Store) -> Wanted:
+    """The uv the host installs with. With a shared store that takes writes, it is put there once
+    (a blob), so hosts fetch it like any artifact instead of the controller sending it."""
+    path = uv_binary()
+    sha = hash_file(path)
+    urls: tuple[str, ...] = ()
+    target = workspace.config().store.push
+    if store.remote is not None and target is not None:
+        push_objects(target, [(blob_key(sha), path)])
+        urls = (store.remote + blob_key(sha),)
+    return Wanted(sha, "uv", path.stat().st_size, urls, lambda: path)
 
 
 def _prompt(pyvenv: Mapping[str, str]) -> str | None:

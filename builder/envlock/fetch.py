@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from envlock.errors import EnvlockError
 from envlock.lock.model import Artifact, Package
-from envlock.store import Store
+from envlock.store import Store, blob_key, wheel_key
 
 CHUNK = 1 << 20
 
@@ -43,7 +43,10 @@ def hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _copy_verified(read: Callable[[int], bytes], target: Path, art: Artifact, where: str) -> None:
+def _copy_verified(
+    read: Callable[[int], bytes], target: Path, art: Artifact | tuple[str, str], where: str
+) -> None:
+    filename, sha256 = (art.filename, art.sha256) if isinstance(art, Artifact) else art
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
@@ -52,10 +55,9 @@ def _copy_verified(read: Callable[[int], bytes], target: Path, art: Artifact, wh
             while chunk := read(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
-        if digest.hexdigest() != art.sha256:
+        if digest.hexdigest() != sha256:
             raise ArtifactError(
-                f"{art.filename} from {where}: sha256 {digest.hexdigest()}, "
-                f"the lock says {art.sha256}; refusing it"
+                f"{filename} from {where}: sha256 {digest.hexdigest()}, the lock says {sha256}; refusing it"
             )
         os.replace(tmp, target)
     finally:
@@ -110,32 +112,41 @@ def fetch_one(store: Store, lock_dir: Path, pkg: Package, verified: VerifiedCach
         return Fetched(pkg, target)
     if art.path is not None:
         source = (lock_dir / art.path).resolve()
+        if not source.is_file() and store.remote is not None:
+            _download(store.remote + wheel_key(art.sha256, art.filename), target, art, pkg.name)
+            return Fetched(pkg, target)
         if not source.is_file():
             raise ArtifactError(
-                f"{pkg.name}: {art.path} is not in the store (capture it again, or copy the store)"
+                f"{pkg.name}: {art.path} is not in the store (capture it again, copy the store, "
+                "or name a shared store in envlock.toml: docs/store.md)"
             )
         with open(source, "rb") as stream:
             _copy_verified(stream.read, target, art, str(source))
         return Fetched(pkg, target)
     if art.url is None:
         raise ArtifactError(f"{pkg.name}: the lock gives neither url nor path for {art.filename}")
-    if art.url.startswith("file://"):
-        source = Path(unquote(urlparse(art.url).path))
+    _download(art.url, target, art, pkg.name)
+    return Fetched(pkg, target)
+
+
+def _download(url: str, target: Path, art: Artifact | tuple[str, str], what: str) -> None:
+    """Copy ``url`` (file:// or http(s)://) to ``target``, refusing bytes that hash otherwise."""
+    if url.startswith("file://"):
+        source = Path(unquote(urlparse(url).path))
         try:
             with open(source, "rb") as stream:
-                _copy_verified(stream.read, target, art, art.url)
+                _copy_verified(stream.read, target, art, url)
         except FileNotFoundError as exc:
-            raise ArtifactError(f"{pkg.name}: {art.url} does not exist") from exc
-        return Fetched(pkg, target)
+            raise ArtifactError(f"{what}: {url} does not exist") from exc
+        return
     import requests
 
     try:
-        with requests.get(art.url, stream=True, timeout=60) as response:
+        with requests.get(url, stream=True, timeout=60) as response:
             response.raise_for_status()
-            _copy_verified(response.raw.read, target, art, art.url)
+            _copy_verified(response.raw.read, target, art, url)
     except requests.RequestException as exc:
-        raise ArtifactError(f"{pkg.name}: cannot download {art.url}: {exc}") from exc
-    return Fetched(pkg, target)
+        raise ArtifactError(f"{what}: cannot download {url}: {exc}") from exc
 
 
 def fetch_all(
@@ -174,6 +185,9 @@ def _refetch_hint(art: Artifact) -> str:
 def blob(store: Store, sha256: str, what: str) -> Path:
     """A loose file (a bin/ script, a source archive) from the store, its bytes checked against its name."""
     path = store.blob_path(sha256)
+    if not path.is_file() and store.remote is not None:
+        _download(store.remote + blob_key(sha256), path, ("blob", sha256), what)
+        return path  # hashed on the way in
     if not path.is_file():
         raise ArtifactError(f"{what}: blob {sha256} is not in the store {store.root}; {_RECAPTURE}")
     got = hash_file(path)

@@ -14,13 +14,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envlock.errors import ProfileError
 from envlock.workspace import Workspace
 
+PullMode = Literal["auto", "always", "never"]
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CC = re.compile(r"^\d+\.\d+$")
 _DRIVER = re.compile(r"^\d+(\.\d+){1,2}$")
@@ -73,6 +74,9 @@ class HostProfile:
     smoke_exclude: tuple[str, ...] = field(default=())
     target: TargetFacts | None = None
     policy: LockPolicy = field(default_factory=LockPolicy)
+    # Does the host fetch artifacts itself (shared store, indexes)? auto: try, and push what it
+    # could not fetch; always: a failed fetch is an error; never: push everything (docs/store.md).
+    pull: PullMode = "auto"
 
     @property
     def is_local(self) -> bool:
@@ -80,7 +84,7 @@ class HostProfile:
 
 
 _TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "allow_ssh_commands", "reference", "gpu", "index", "smoke",
-             "target", "lock"}  # fmt: skip
+             "target", "lock", "pull"}  # fmt: skip
 # ssh_config keywords that make ssh run a command on the controller. A profile
 # is data that other people commit; these need `allow_ssh_commands = true`.
 SSH_COMMAND_KEYWORDS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match"}
@@ -243,6 +247,15 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
                     check.add(f"lock.{key}[{i}]", f"not a requirement: {exc}")
         policy = LockPolicy(pins=pins, overrides=overrides)
 
+    pull_value = data.get("pull", "auto")
+    pull: PullMode = "auto"
+    if pull_value is True:
+        pull = "always"
+    elif pull_value is False:
+        pull = "never"
+    elif pull_value != "auto":
+        check.add("pull", f'expected true, false or "auto", got {pull_value!r}')
+
     check.raise_if_any()
     assert venv is not None
     return HostProfile(
@@ -260,6 +273,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         smoke_exclude=excludes,
         target=target,
         policy=policy,
+        pull=pull,
     )
 
 

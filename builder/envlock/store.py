@@ -8,6 +8,11 @@ the bytes hashed right, so a partial file never takes a final name.
 An object whose bytes no longer hash to its name (a disk error, a hand
 edit) is moved to ``quarantine/`` rather than deleted or reused: it is
 evidence, and the next fetch or capture writes a good copy in its place.
+
+With a shared store (``envlock.toml`` ``[store] url``, docs/store.md) this
+directory is a cache: an object missing here is fetched from ``remote`` (same
+layout, relative URLs ``wheels/<sha256>/<name>`` and ``blobs/<xx>/<sha256>``)
+and checked against its sha256 before it takes its name here.
 """
 
 from __future__ import annotations
@@ -19,17 +24,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import EnvlockError
+from envlock.workspace import Workspace
+
+
+def wheel_key(sha256: str, filename: str) -> str:
+    """An object's path inside any store, local directory or URL: the one layout."""
+    return f"wheels/{sha256}/{filename}"
+
+
+def blob_key(sha256: str) -> str:
+    return f"blobs/{sha256[:2]}/{sha256}"
 
 
 @dataclass(frozen=True)
 class Store:
     root: Path
+    remote: str | None = None  # the shared store's URL (ends in "/"), read when an object is not here
 
     def wheel_path(self, sha256: str, filename: str) -> Path:
-        return self.root / "wheels" / sha256 / filename
+        return self.root / wheel_key(sha256, filename)
 
     def blob_path(self, sha256: str) -> Path:
-        return self.root / "blobs" / sha256[:2] / sha256
+        return self.root / blob_key(sha256)
 
     def has_wheel(self, sha256: str, filename: str) -> bool:
         return self.wheel_path(sha256, filename).is_file()
@@ -65,3 +81,9 @@ class Store:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(tmp, path)
+
+
+def open_store(workspace: Workspace) -> Store:
+    """The workspace's store: its directory (``store/`` or ``ENVLOCK_STORE``), backed by
+    ``[store] url`` from ``envlock.toml`` when there is one."""
+    return Store(workspace.store_dir, workspace.config().store.url)

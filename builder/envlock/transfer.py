@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.agent.protocol import HaveAnswer
+from envlock.errors import EnvlockError
 from envlock.reporter import Reporter
 from envlock.transport import Transport, run_agent
 from envlock.transport.local import LocalTransport
@@ -42,6 +44,17 @@ class PushResult:
     @property
     def bytes_sent(self) -> int:
         return sum(item.path.stat().st_size for item in self.sent)
+
+
+def uv_binary() -> Path:
+    """The uv that envlock itself depends on (shipped to hosts as one file)."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return beside
+    found = shutil.which("uv")
+    if found is None:
+        raise EnvlockError("uv not found beside envlock's Python nor on PATH (pip install uv)")
+    return Path(found)
 
 
 def push(

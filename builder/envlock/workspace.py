@@ -11,6 +11,7 @@ from urllib.parse import unquote
 from envlock.errors import EnvlockError, LockError
 
 if TYPE_CHECKING:  # the lock modules are imported when a lock is read: start-up stays small
+    from envlock.config import WorkspaceConfig
     from envlock.lock.model import FileEntry, Lock
 
 
@@ -60,6 +61,12 @@ class Workspace:
         # workspace self-contained (and git-ignored, see .gitignore).
         env = os.environ.get("ENVLOCK_STORE")
         return Path(env) if env else self.root / "store"
+
+    def config(self) -> WorkspaceConfig:
+        """``envlock.toml`` (shared store, publish index); empty when the workspace has none."""
+        from envlock.config import load_config
+
+        return load_config(self.root)
 
     def no_hosts_dir(self) -> str | None:
         """Why there are no host profiles to read, saying where envlock looked; None when hosts/ exists."""

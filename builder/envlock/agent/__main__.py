@@ -19,6 +19,7 @@ from envlock.agent.protocol import (
     ErrorMessage,
     HaveAnswer,
     PingAnswer,
+    PullItem,
     ReceiveAnswer,
 )
 
@@ -39,6 +40,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     have_p.add_argument("items", nargs="*")
     receive_p = sub.add_parser("receive", help="store framed artifacts from stdin into DIR")
     receive_p.add_argument("--dir", required=True)
+    pull_p = sub.add_parser("pull", help="fetch artifacts listed as JSON on stdin into DIR from their URLs")
+    pull_p.add_argument("--dir", required=True)
+    pull_p.add_argument("--jobs", type=int, default=4)
     apply_p = sub.add_parser(
         "apply", help="build, verify, smoke and swap in a venv from a JSON plan on stdin"
     )
@@ -124,6 +128,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             received: ReceiveAnswer = {"received": receive(args.dir, sys.stdin.buffer)}
             _emit(received)
+        elif args.command == "pull":
+            from envlock.agent.pull import pull
+
+            items: List[PullItem] = json.loads(sys.stdin.buffer.read())
+            _emit(pull(args.dir, items, jobs=args.jobs))
         elif args.command in ("apply", "applied", "apply-status", "rollback"):
             from envlock.agent import apply as host_apply
 

@@ -181,6 +181,34 @@ class ReceiveAnswer(TypedDict):
     received: List[ReceivedArtifact]
 
 
+class PullItem(TypedDict):
+    """One artifact the host should fetch itself (``pull``), from the first URL that works."""
+
+    sha256: str
+    name: str  # its name in the drop: DIR/<sha256>/<name>
+    size: Optional[int]  # None when the lock does not say
+    urls: List[str]  # http(s):// or file://, tried in order
+
+
+class PulledArtifact(TypedDict):
+    sha256: str
+    name: str
+    size: int
+    url: str  # where it came from
+    resumed_from: int  # bytes an earlier, cut-off download had left (0: from the start)
+
+
+class PullFailure(TypedDict):
+    sha256: str
+    name: str
+    error: str  # every URL tried and why it failed
+
+
+class PullAnswer(TypedDict):
+    pulled: List[PulledArtifact]  # fetched now (those already in the drop are in neither list)
+    failed: List[PullFailure]  # the controller pushes these
+
+
 # ------------------------------------------------------------------ apply: the plan
 
 
@@ -362,7 +390,7 @@ class RollbackAnswer(_RollbackRequired, total=False):
 class ProgressEvent(TypedDict):
     """One ``@progress`` line: ``done`` of ``total`` in ``phase`` (bytes for hash, items otherwise).
 
-    Phases: hash, stage, install, verify, smoke. ``detail`` says what is being
+    Phases: hash, pull, stage, install, verify, smoke. ``detail`` says what is being
     done now: files hashed (``120/3400 files``), a step, the import just done.
     """
 

@@ -38,7 +38,8 @@ from envlock.lock.model import (
     Platform,
     SourceTree,
 )
-from envlock.store import Store
+from envlock.store import Store, open_store
+from envlock.storepush import describe, push_lock_objects
 from envlock.tags import abi_tag, platform_tags
 from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace
@@ -58,7 +59,7 @@ def build_lock(
     warnings: list[str] = []
     described, inventory = snapshot.description, snapshot.inventory
     indexes, find_links = index_config(profile, described)
-    store = Store(workspace.store_dir)
+    store = open_store(workspace)
 
     owners: dict[str, str] = {}
     per_dist: list[tuple[DistFacts, DistFiles, Origin]] = []
@@ -170,6 +171,10 @@ def build_lock(
     )
     if options.write:
         changed = workspace.write_lock_if_changed(host, lock, manifest)
+        # The shared store gets what this lock names and it lacks (envlock.toml [store] push).
+        pushed = push_lock_objects(workspace, store, lock)
+        if pushed is not None and pushed.objects:
+            step(f"pushed {describe(pushed)}")
     else:
         changed = not workspace.lock_is_current(host, lock, manifest)
     # After the write: a lock under an old name (pylock.gpu01.lab.toml) has just been renamed.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
@@ -22,7 +23,14 @@ if TYPE_CHECKING:
     from envlock.drift import VerifyResult
 
 DRIFT_SHOWN = 20  # findings listed in the plan before the rest is counted
-PHASE_LABELS = {"fetch": "fetch", "push": "push", "install": "install", "verify": "verify", "smoke": "smoke"}
+PHASE_LABELS = {
+    "fetch": "fetch",
+    "pull": "pull",
+    "push": "push",
+    "install": "install",
+    "verify": "verify",
+    "smoke": "smoke",
+}
 
 
 class _Reporter(Reporter):
@@ -81,6 +89,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the staged venv after any failure (it is kept after a failed verify or smoke anyway)",
     )
+    p.add_argument(
+        "--from",
+        dest="bundle",
+        metavar="FILE",
+        help="apply from an air-gapped bundle written by `envlock bundle` (no network: every artifact, "
+        "uv and the lock come from FILE, each checked against its sha256)",
+    )
     p.set_defaults(run=run)
     r = sub.add_parser(
         "rollback",
@@ -111,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         discard_drift=args.discard_drift,
         keep_staging=args.keep_staging,
+        bundle=Path(args.bundle) if args.bundle else None,
     )
     try:
         result = apply(workspace, args.host, options, reporter=reporter)
@@ -134,6 +150,10 @@ def result_json(result: ApplyResult) -> dict[str, Any]:
         ],
         "pushed_files": result.pushed_files,
         "pushed_bytes": result.pushed_bytes,
+        "pulled_files": result.pulled_files,
+        "pulled_bytes": result.pulled_bytes,
+        "pull_failures": list(result.pull_failures),
+        "bytes_sent": result.bytes_sent,
         "host_report": result.host_report,
         "drift": _drift_json(result.drift) if result.drift else None,
         "drift_refused": result.drift_refused,
@@ -222,7 +242,13 @@ def render_text(result: ApplyResult) -> str:
         return "\n".join(lines)
     smoke = report.get("smoke", {})
     lines += [
-        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}",
+        f"pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}"
+        + (
+            f"; {result.host} fetched {plural(result.pulled_files, 'file')} itself, "
+            f"{human_size(result.pulled_bytes)}"
+            if result.pulled_files
+            else ""
+        ),
         f"installed {plural(int(report.get('installed') or 0), 'wheel')}, "
         f"verified {plural(int(report.get('verified_files') or 0), 'file')}, "
         f"smoke: {smoke.get('ok', 0)} ok, {smoke.get('skipped', 0)} skipped, "

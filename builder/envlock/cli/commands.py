@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export_cmd", "write a host's lock in another tool's format"),
     "show": ("show_cmd", "print a lock as a table, or as sorted one-line-per-package text for git diff"),
     "git-setup": ("gitsetup_cmd", "configure git diff to show locks as one line per package"),
+    "bundle": ("bundle_cmd", "write one file that `apply HOST --from FILE` installs with no network"),
     "gc": ("gc_cmd", "free store and cache objects that no lock in the workspace needs"),
 }
 

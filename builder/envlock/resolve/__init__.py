@@ -69,13 +69,13 @@ def lock_host(
     from envlock.resolve.assemble import build_target_lock
     from envlock.resolve.candidates import Finder
     from envlock.resolve.solve import resolve
-    from envlock.store import Store
+    from envlock.store import open_store
 
     reference = reference_lock()
     ref_rows = workspace.read_locked(ref_host, reference).rows()
     urls = profile.index.urls if profile.index else reference.indexes
     links = profile.index.find_links if profile.index else reference.find_links
-    store = Store(workspace.store_dir)
+    store = open_store(workspace)
     finder = Finder(env, reference, workspace.locks_dir, IndexClient(tuple(urls), tuple(links)), store)
     chosen, needed_by = resolve(finder, env, reference, profile)
     lock, manifest, deviations = build_target_lock(
@@ -105,6 +105,10 @@ def lock_host(
             unreadable=unreadable,
         )
     written = workspace.write_lock_if_changed(host, lock, manifest)
+    # New objects (store wheels, predicted entry points) go to the shared store (envlock.toml).
+    from envlock.storepush import push_lock_objects
+
+    push_lock_objects(workspace, store, lock)
     memo.remember(deviations, asked_an_index=finder.asked_an_index)
     return LockResult(
         lock=lock, env=env, deviations=deviations, changed=written, stale=False, written=written
