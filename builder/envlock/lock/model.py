@@ -22,10 +22,14 @@ DIGEST_RULES = "envlock-payload-2"
 # index: a wheel on an index; direct: a wheel URL from direct_url.json;
 # repacked: built by envlock from a host's live files; store: a wheel someone
 # put in the artifact store (a build for the target's GPU, say), found by the resolver.
+# published: a repacked, store or local direct wheel that ``envlock publish`` uploaded
+# to a private index; the wheel's url is the index's, ``published_from`` says where it was.
 # foreign: a package of a PEP 751 lock another tool wrote (``lock/foreign.py``);
 # never in a lock envlock writes or applies.
-Source = Literal["index", "direct", "repacked", "store", "foreign"]
-SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store")
+Source = Literal["index", "direct", "repacked", "store", "published", "foreign"]
+SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store", "published")
+# The sources a wheel can have before it is published: bytes no public index serves.
+PUBLISHABLE: tuple[Source, ...] = ("repacked", "store", "direct")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +83,15 @@ class SourceTree:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedFrom:
+    """Where a published package's wheel was before ``envlock publish`` (the same bytes)."""
+
+    source: Source  # repacked, store or direct
+    path: str | None = None  # the store path the lock gave, relative to the lock's directory
+    url: str | None = None  # a direct wheel's file:// URL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Package:
     name: str  # normalized
     version: str
@@ -99,6 +112,7 @@ class Package:
     missing: tuple[str, ...] = ()  # RECORD rows with no file
     reason: str | None = None  # why the bytes come from where they do
     origin: Artifact | None = None  # the index wheel a repacked package was patched from
+    published_from: PublishedFrom | None = None  # source "published" only
     direct_url: Mapping[str, Json] | None = None
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
     source_tree: SourceTree | None = None  # editable installs
