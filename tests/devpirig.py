@@ -25,6 +25,9 @@ import requests
 DEVPI_SERVER = "devpi-server==6.20.3"
 CACHE = Path(os.environ.get("ENVLOCK_TEST_CACHE", Path.home() / ".cache" / "envlock-tests"))
 START_TIMEOUT = 90.0
+# devpi derives its login-token key with argon2 at start: ~35 s with the default
+# cost on a loaded 2-core machine, 4 s with this one (test tokens need no strength).
+CHEAP_KEYS = ("--argon2-memory-cost", "8", "--argon2-time-cost", "1", "--argon2-parallelism", "1")
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def start_devpi(work: Path) -> Devpi:
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(bin_dir / "devpi-server"), "--serverdir", str(server_dir), "--host", "127.0.0.1",
-             "--port", str(port)],
+             "--port", str(port), *CHEAP_KEYS],
             stdout=out,
             stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -61,6 +61,7 @@ USE_CASES = {
     "envlock.review": "review",
     "envlock.resolve": "resolve",
     "envlock.gc": "gc.py",
+    "envlock.publish": "publish",
 }
 
 

@@ -23,17 +23,20 @@ _SAID = {
 
 
 class _Reporter(Reporter):
-    def __init__(self, text: bool) -> None:
-        self.text = text
-        self.bar = ProgressBar("upload")
+    """The upload bar, and each step on a line of its own (as capture's: on a terminal, or -v)."""
+
+    def __init__(self, text: bool, quiet: bool, verbose: bool) -> None:
+        self.bar = ProgressBar("upload", enabled=False if quiet or not text else None)
+        self.text = text and not quiet
+        self.verbose = verbose
 
     def step(self, message: str) -> None:
         self.bar.close()
-        if self.text:
+        if self.text and (self.bar.enabled or self.verbose):
             print(f"• {message}", flush=True)
 
     def progress(self, phase: str, done: int, total: int, detail: str) -> None:
-        if self.text and phase == "upload":
+        if phase == "upload":
             self.bar.update(done, total, detail)
 
 
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         include_editable=args.include_editable,
     )
-    reporter = _Reporter(text=args.format == "text" and not args.quiet)
+    reporter = _Reporter(text=args.format == "text", quiet=args.quiet, verbose=args.verbose)
     try:
         result = publish(workspace, args.host, options, reporter)
     finally:

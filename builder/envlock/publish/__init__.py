@@ -117,14 +117,15 @@ def publish(
         store = Store(workspace.store_dir)
         total = sum(p.wheel.size or 0 for p in todo)
         reporter.step(f"publish {len(todo)} wheel(s) of {host} to {index.shown}")
-        sent = 0
+        sent, current = 0, ""
 
         def on_read(n: int) -> None:
             nonlocal sent
             sent += n
-            reporter.progress("upload", sent, max(total, sent), "")
+            reporter.progress("upload", sent, max(total, sent), current)
 
         for pkg in todo:
+            current = pkg.wheel.filename
             outcome, url = _publish_one(index, store, lock_path.parent, pkg, options.dry_run, on_read)
             wheels[pkg.name] = _outcome(pkg, outcome, url=url)
             if url is not None:
