@@ -143,16 +143,20 @@ def render_text(result: PublishResult, shown: str) -> str:
     kept = [w for w in result.wheels if w.action == "kept"]
     for w in kept:
         lines.append(f"{w.name}: {w.reason}")
-    counts = f"{plural(result.count('uploaded'), 'wheel')} uploaded, {result.count('present')} already there"
+    before = f", {result.count('published')} published before" if result.count("published") else ""
+    there = f"{result.count('present')} already on the index{before}"
     if result.dry_run:
         lines.append(
             f"dry run: {plural(result.count('upload'), 'wheel')} would be uploaded to {result.index}, "
-            f"{result.count('present')} already there; {shown} not changed"
+            f"{there}; {shown} not changed"
         )
     elif result.written:
-        lines.append(f"{counts}; {shown}: written (published wheels now come from {result.simple})")
+        lines.append(
+            f"{plural(result.count('uploaded'), 'wheel')} uploaded, {there}; {shown}: written "
+            f"(published wheels now come from {result.simple})"
+        )
     else:
-        lines.append(f"{counts}; {shown}: unchanged")
+        lines.append(f"{plural(result.count('uploaded'), 'wheel')} uploaded, {there}; {shown}: unchanged")
     if kept and not result.dry_run:
         left = plural(len(kept), "store wheel")
         lines.append(f"{shown} still names {left}: not installable without the store")
