@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,11 @@ import requests
 
 from conftest import Index, write_profile
 from devpirig import Devpi, DevpiIndex
+from envlock.changes import PackageChange
 from envlock.errors import LockError
 from envlock.lock.io import parse_lock, read_lock
 from envlock.publish.credentials import TOKEN_USER, find_credentials
+from envlock.review.findings import package_findings
 from helpers import ENVLOCK, UV, make_local_project, make_venv, uv_install
 
 PATCH = b"\nPATCHED_BY_THE_TEAM = True\n"
@@ -70,6 +72,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory, index: Index, devpi: Devpi) -> 
     venv = make_venv(base / "venv")
     uv_install(venv, "--index-url", index.url, "alpha==1.0", "six==1.17.0")
     uv_install(venv, str(make_local_project(base / "projects" / "teamkernels", "teamkernels")))
+    uv_install(venv, "-e", str(make_local_project(base / "projects" / "editkit", "editkit")))
     six = venv / "lib" / "python3.11" / "site-packages" / "six.py"
     six.write_bytes(six.read_bytes() + PATCH)  # hand-patched: repacked from the live files
     root = base / "ws"
@@ -83,7 +86,9 @@ def ws(tmp_path_factory: pytest.TempPathFactory, index: Index, devpi: Devpi) -> 
     lock_before = _lock_path(root, "ct129").read_bytes()
     manifest = (root / "locks" / "pylock.ct129.files.tsv").read_bytes()
     target = devpi.index("team", "prod")
-    published = envlock(root, "publish", "ct129", "--index", target.url, env=_twine(target))
+    published = envlock(
+        root, "publish", "ct129", "--index", target.url, "--include-editable", env=_twine(target)
+    )
     return Workspace(root, venv, target, lock_before, manifest, store, published)
 
 
@@ -103,12 +108,10 @@ def test_publish_uploads_the_store_wheels_byte_for_byte(ws: Workspace) -> None:
     assert ws.index.password not in ws.publish.stdout + ws.publish.stderr
     before = tomllib.loads(ws.lock_before.decode())
     was = {p["name"]: p for p in before["packages"]}
-    assert {n for n, p in was.items() if p["tool"]["envlock"]["source"] == "repacked"} == {
-        "six",
-        "teamkernels",
-    }
+    local = {"six", "teamkernels", "editkit"}
+    assert {n for n, p in was.items() if p["tool"]["envlock"]["source"] == "repacked"} == local
     published = _published(_lock_path(ws.root, "ct129").read_text())
-    assert set(published) == {"six", "teamkernels"}
+    assert set(published) == local
     for name, pkg in published.items():
         wheel, tool = pkg["wheels"][0], pkg["tool"]["envlock"]
         original = was[name]["wheels"][0]
@@ -153,10 +156,14 @@ def test_a_machine_with_no_store_installs_the_published_lock_with_uv(ws: Workspa
     assert sync.returncode == 0, sync.stderr
     site, ref_site = (v / "lib" / "python3.11" / "site-packages" for v in (venv, ws.venv))
     assert (site / "six.py").read_bytes().endswith(PATCH)  # the hand-patched bytes, from the index
-    for rel in ("six.py", "teamkernels/__init__.py", "alpha/__init__.py"):
+    for rel in ("six.py", "teamkernels/__init__.py", "alpha/__init__.py", "_editkit.pth"):
         assert (site / rel).read_bytes() == (ref_site / rel).read_bytes(), rel
     run = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import six, teamkernels; print(six.PATCHED_BY_THE_TEAM)"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import six, teamkernels, editkit; print(six.PATCHED_BY_THE_TEAM)",
+        ],
         capture_output=True,
         text=True,
     )
@@ -193,17 +200,17 @@ def test_publishing_again_uploads_nothing(ws: Workspace, devpi: Devpi) -> None:
     assert again.returncode == 0, again.stderr
     result = json.loads(again.stdout)["result"]
     assert (result["uploaded"], result["written"]) == (0, False)
-    assert {w["name"]: w["action"] for w in result["wheels"]} == {
-        "six": "published",
-        "teamkernels": "published",
-    }
+    actions = {w["name"]: w["action"] for w in result["wheels"]}
+    assert actions == dict.fromkeys(("editkit", "six", "teamkernels"), "published")
     assert _lock_path(ws.root, "ct129").read_bytes() == published
     # the unpublished lock of another host: the index has every file already, by sha256
     _copy_unpublished(ws, "ct131")
-    other = envlock(ws.root, "publish", "ct131", "--index", ws.index.url, "--format", "json")
+    other = envlock(
+        ws.root, "publish", "ct131", "--index", ws.index.url, "--include-editable", "--format", "json"
+    )
     assert other.returncode == 0, other.stderr
     result = json.loads(other.stdout)["result"]
-    assert (result["uploaded"], result["present"], result["written"]) == (0, 2, True)
+    assert (result["uploaded"], result["present"], result["written"]) == (0, 3, True)
     urls = {n: p["wheels"][0]["url"] for n, p in _published(_lock_path(ws.root, "ct131").read_text()).items()}
     assert urls == {n: p["wheels"][0]["url"] for n, p in _published(published.decode()).items()}
     assert devpi.serial() == serial  # nothing was written on the index
@@ -217,7 +224,9 @@ def test_dry_run_lists_what_would_upload_and_changes_nothing(ws: Workspace, devp
     assert dry.returncode == 0, dry.stderr
     result = json.loads(dry.stdout)["result"]
     assert result["dry_run"] is True and result["written"] is False
-    assert {w["name"]: w["action"] for w in result["wheels"]} == {"six": "upload", "teamkernels": "upload"}
+    # an editable install stays in the store unless --include-editable: its wheel is a .pth
+    actions = {w["name"]: w["action"] for w in result["wheels"]}
+    assert actions == {"six": "upload", "teamkernels": "upload", "editkit": "kept"}
     assert _lock_path(ws.root, "ct132").read_bytes() == ws.lock_before
     assert devpi.serial() == serial
     text = envlock(ws.root, "publish", "ct132", "--index", fresh.url, "--dry-run")
@@ -267,10 +276,7 @@ def test_review_calls_publishing_a_provenance_note(ws: Workspace) -> None:
         if c["lock"] == "locks/pylock.ct129.toml"
         for f in c["findings"]
     }
-    assert found == {
-        ("six", "artifact", "published", "info"),
-        ("teamkernels", "artifact", "published", "info"),
-    }
+    assert found == {(name, "artifact", "published", "info") for name in ("editkit", "six", "teamkernels")}
     text = envlock(ws.root, "review", "--base", "HEAD", "--no-index").stdout
     assert f"teamkernels-0.1.0-py3-none-any.whl published to {ws.index.simple}" in text, text
     diff = envlock(ws.root, "diff", str(ws.root / "locks" / "pylock.ct131.toml"), "ct129")
@@ -322,3 +328,19 @@ def test_credentials_are_found_where_twine_and_uv_look(tmp_path: Path) -> None:
     bare = find_credentials("http://u:p%40w@127.0.0.1:9/x/", environ={}, pypirc=tmp_path / "none")
     assert (bare.username, bare.password) == ("u", "p@w")
     assert find_credentials("http://127.0.0.1:9/x/", environ={}, pypirc=tmp_path / "none").auth is None
+
+
+def test_a_published_patch_going_back_to_the_index_wheel_is_no_clash(ws: Workspace) -> None:
+    """six published from a hand patch, then the patch dropped: the index's six under the same
+    file name with other bytes is how a patch ends, a local-build matter, not tampering."""
+    six = read_lock(_lock_path(ws.root, "ct129")).package("six")
+    assert six is not None and six.source == "published"
+    wheel = replace(six.wheel, sha256="0" * 64, url="https://pypi.example/six.whl")
+    from_index = replace(six, source="index", published_from=None, wheel=wheel, index="https://pypi.example/")
+    codes = {f.code for f in package_findings(PackageChange("six", "artifact", six, from_index), (), None)}
+    assert "same-name-different-bytes" not in codes
+    both_index = replace(six, source="index", published_from=None)
+    codes = {
+        f.code for f in package_findings(PackageChange("six", "artifact", both_index, from_index), (), None)
+    }
+    assert "same-name-different-bytes" in codes  # the check itself still runs between index wheels
