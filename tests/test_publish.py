@@ -279,8 +279,11 @@ def test_review_calls_publishing_a_provenance_note(ws: Workspace) -> None:
     assert found == {(name, "artifact", "published", "info") for name in ("editkit", "six", "teamkernels")}
     text = envlock(ws.root, "review", "--base", "HEAD", "--no-index").stdout
     assert f"teamkernels-0.1.0-py3-none-any.whl published to {ws.index.simple}" in text, text
-    diff = envlock(ws.root, "diff", str(ws.root / "locks" / "pylock.ct131.toml"), "ct129")
-    assert diff.returncode == 0, diff.stdout + diff.stderr  # both published to the same URLs
+    before = ws.root.parent / "pylock.before.toml"
+    before.write_bytes(ws.lock_before)
+    diff = envlock(ws.root, "diff", str(before), "ct129")
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    assert "teamkernels 0.1.0: same version, source repacked -> published" in diff.stdout, diff.stdout
 
 
 def test_lock_reading_refuses_an_inconsistent_published_entry(ws: Workspace) -> None:
@@ -344,3 +347,12 @@ def test_a_published_patch_going_back_to_the_index_wheel_is_no_clash(ws: Workspa
         f.code for f in package_findings(PackageChange("six", "artifact", both_index, from_index), (), None)
     }
     assert "same-name-different-bytes" in codes  # the check itself still runs between index wheels
+
+
+def test_capturing_again_keeps_what_was_published(ws: Workspace) -> None:
+    """The venv did not change: capture repacks the same bytes and keeps their index URLs."""
+    published = _lock_path(ws.root, "ct129").read_bytes()
+    again = envlock(ws.root, "capture", "ct129", "--no-cache")
+    assert again.returncode == 0, again.stderr
+    assert "locks/pylock.ct129.toml: unchanged" in again.stdout, again.stdout
+    assert _lock_path(ws.root, "ct129").read_bytes() == published

@@ -21,6 +21,7 @@ from envlock.capture.files import (
 from envlock.capture.origins import Origin, index_config
 from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
+from envlock.errors import EnvlockError
 from envlock.hosts import HostProfile
 from envlock.loadable import provided_names
 from envlock.lock.digest import lock_digest, tree_digest
@@ -36,10 +37,19 @@ from envlock.lock.model import (
     Platform,
     SourceTree,
 )
+from envlock.lock.published import keep_published
 from envlock.store import Store
 from envlock.tags import abi_tag, platform_tags
 from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace
+
+
+def _previous_lock(workspace: Workspace, host: str) -> Lock | None:
+    """The host's lock as it is now, for what ``envlock publish`` did to it; None if unreadable."""
+    try:
+        return workspace.read_lock(host)
+    except EnvlockError:
+        return None  # capture writes a good lock over a missing or broken one
 
 
 def build_lock(
@@ -118,6 +128,7 @@ def build_lock(
             )
         )
 
+    packages = keep_published(_previous_lock(workspace, host), packages)
     unowned = unowned_paths(snapshot.files, owners, manifest_rows)
     for egg in described["egg_infos"]:
         warnings.append(f"{egg}: legacy egg-info distribution is not captured; reinstall it as a wheel")
