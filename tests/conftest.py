@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from devpirig import Devpi, start_devpi, stop_devpi
 from helpers import (
     build_simple_index,
     compile_shared_library,
@@ -126,3 +128,11 @@ def copy_venv(tmp_path: Path):  # type: ignore[no-untyped-def]
         return target
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def devpi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devpi]:
+    """A real devpi-server on loopback for the session (tests/devpirig.py)."""
+    server = start_devpi(tmp_path_factory.mktemp("devpi"))
+    yield server
+    stop_devpi(server)

@@ -22,6 +22,7 @@ import pytest
 
 from build_helpers import PYPROJECT, SETUPTOOLS, registry_wheel, sha256, write_sdist
 from conftest import Reference, write_profile
+from devpirig import Devpi
 from envlock.cli import command_names
 from helpers import ENVLOCK, ROOT, build_simple_index, copy_lock, make_venv
 
@@ -125,6 +126,9 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int]] = {
     "review": (lambda root: ["review", "--base", "HEAD~1", "--head", "HEAD", "--no-index"], 0),
     "inspect": (lambda root: ["inspect", str(next((root / "wheels").glob("beta-*.whl")))], 0),
     "export": (lambda root: ["export", "ct129"], 0),
+    # --dry-run: the fleet's lock stays as captured for the other cases; the index comes
+    # from envlock.toml, written by the test for this case only (it needs a devpi-server)
+    "publish": (lambda root: ["publish", "ct129", "--dry-run"], 0),
     "show": (lambda root: ["show", "ct129"], 0),
     "git-setup": (lambda root: ["git-setup"], 0),
     "gc": (lambda root: ["gc", "--dry-run"], 0),
@@ -144,6 +148,7 @@ REFUSALS: dict[str, list[str]] = {
     "review": ["review", "--base", "no-such-revision"],
     "inspect": ["inspect", "/nonexistent/libx.so"],
     "export": ["export", "nosuch"],
+    "publish": ["publish", "nosuch", "--index", "http://127.0.0.1:9/team/prod/"],
     "show": ["show", "nosuch"],
     "git-setup": ["git-setup"],  # run where there is no git repository
     "gc": ["gc", "--dry-run"],  # run where a lock cannot be read: gc deletes nothing then
@@ -168,11 +173,18 @@ def test_every_command_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("command", command_names())
-def test_command_answers_in_the_envelope(command: str, fleet: Path) -> None:
+def test_command_answers_in_the_envelope(command: str, fleet: Path, request: pytest.FixtureRequest) -> None:
     if command not in CASES:
         pytest.fail(f"no contract case for `envlock {command}`")
     setup, status = CASES[command]
-    proc = envlock(fleet, *setup(fleet), "--format", "json")
+    config = fleet / "envlock.toml"
+    if command == "publish":  # the one case that needs a server: started only when it runs
+        devpi: Devpi = request.getfixturevalue("devpi")
+        config.write_text(f'[publish]\nindex = "{devpi.index("contract", "dev").url}"\n')
+    try:
+        proc = envlock(fleet, *setup(fleet), "--format", "json")
+    finally:
+        config.unlink(missing_ok=True)
     assert proc.returncode == status, proc.stderr
     data = _envelope(proc, command)
     assert "result" in data and "error" not in data

@@ -62,6 +62,7 @@ USE_CASES = {
     "envlock.resolve": "resolve",
     "envlock.gc": "gc.py",
     "envlock.build": "build",
+    "envlock.publish": "publish",
 }
 
 

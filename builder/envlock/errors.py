@@ -67,3 +67,7 @@ class AgentProtocolError(AgentError):
 
 class ResolveError(EnvlockError):
     """No set of artifacts runs on the target; the message says which and what would fix it."""
+
+
+class PublishError(EnvlockError):
+    """A private index refused an upload, or holds other bytes under a wheel's name."""

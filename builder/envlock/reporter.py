@@ -24,5 +24,6 @@ class Reporter:
 
         Phases: ``hash`` (bytes; ``detail`` counts files), ``stage``,
         ``install``, ``verify``, ``smoke`` (``detail``: the import or check
-        that just ended) on the host; ``fetch`` and ``push`` (items) here.
+        that just ended) on the host; ``fetch`` and ``push`` (items) here;
+        ``upload`` (bytes; ``detail``: the wheel) for ``envlock publish``.
         """

@@ -23,6 +23,7 @@ from envlock.capture.files import (
 from envlock.capture.origins import Origin, index_config
 from envlock.capture.repack import repack_dists
 from envlock.capture.result import CaptureOptions, CaptureResult
+from envlock.errors import EnvlockError
 from envlock.hosts import HostProfile
 from envlock.loadable import provided_names
 from envlock.lock.digest import lock_digest, tree_digest
@@ -38,11 +39,20 @@ from envlock.lock.model import (
     Platform,
     SourceTree,
 )
+from envlock.lock.published import keep_published
 from envlock.store import Store, open_store
 from envlock.storepush import describe, push_lock_objects
 from envlock.tags import abi_tag, platform_tags
 from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace
+
+
+def _previous_lock(workspace: Workspace, host: str) -> Lock | None:
+    """The host's lock as it is now, for what ``envlock publish`` did to it; None if unreadable."""
+    try:
+        return workspace.read_lock(host)
+    except EnvlockError:
+        return None  # capture writes a good lock over a missing or broken one
 
 
 def build_lock(
@@ -122,6 +132,7 @@ def build_lock(
         )
 
     packages = with_abi_facts(packages, _abi_takes(inventory, described["site"]))
+    packages = keep_published(_previous_lock(workspace, host), packages)
     unowned = unowned_paths(snapshot.files, owners, manifest_rows)
     for egg in described["egg_infos"]:
         warnings.append(f"{egg}: legacy egg-info distribution is not captured; reinstall it as a wheel")

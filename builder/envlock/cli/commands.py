@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "inspect": ("inspect_cmd", "will these libraries load and find a kernel image on a GPU?"),
     "export": ("export_cmd", "write a host's lock in another tool's format"),
+    "publish": (
+        "publish_cmd",
+        "upload a lock's repacked and store wheels to a private index and point the lock at it",
+    ),
     "show": ("show_cmd", "print a lock as a table, or as sorted one-line-per-package text for git diff"),
     "git-setup": ("gitsetup_cmd", "configure git diff to show locks as one line per package"),
     "bundle": ("bundle_cmd", "write one file that `apply HOST --from FILE` installs with no network"),

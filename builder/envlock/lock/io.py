@@ -25,6 +25,7 @@ from envlock.agent.pathguard import PathError, check_absolute_dir, check_relativ
 from envlock.errors import LockError
 from envlock.lock.model import (
     FORMAT_VERSION,
+    PUBLISHABLE,
     SOURCES,
     Artifact,
     CudaImages,
@@ -36,6 +37,7 @@ from envlock.lock.model import (
     NativeLib,
     Package,
     Platform,
+    PublishedFrom,
     SourceTree,
 )
 
@@ -110,6 +112,13 @@ def _package_tool(pkg: Package) -> dict[str, Any]:
         tool["missing"] = list(pkg.missing)
     if pkg.origin is not None:
         tool["origin"] = _artifact_table(pkg.origin)
+    if pkg.published_from is not None:
+        was = pkg.published_from
+        tool["published-from"] = {
+            "source": was.source,
+            **({"path": was.path} if was.path is not None else {}),
+            **({"url": was.url} if was.url is not None else {}),
+        }
     if pkg.direct_url is not None:
         tool["direct-url"] = _sorted_mapping(pkg.direct_url)
     if pkg.scripts:
@@ -422,6 +431,31 @@ def _source_tree(
     return SourceTree(path=path, sha256=sha, size=size)
 
 
+def _published_from(
+    r: _Reader, tool: Mapping[str, Any], source: str, wheel: Artifact, where: str
+) -> PublishedFrom | None:
+    """A published package's provenance: it must have one, and its wheel must come from the index."""
+    tw = f"{where}tool.envlock."
+    table = r.get(tool, "published-from", dict, tw, required=False)
+    if source != "published":
+        if table is not None:
+            raise r.fail(f"{tw}published-from", f"only a published package has one (source is {source!r})")
+        return None
+    if table is None:
+        raise r.fail(f"{tw}published-from", "missing: a published package says where its wheel came from")
+    if wheel.path is not None or not (wheel.url or "").startswith(("http://", "https://")):
+        raise r.fail(f"{where}wheels[0].url", "a published wheel is fetched from its index by an http(s) URL")
+    w = f"{tw}published-from."
+    was = r.get(table, "source", str, w)
+    if was not in PUBLISHABLE:
+        raise r.fail(f"{w}source", f"expected one of {', '.join(PUBLISHABLE)}, got {was!r}")
+    return PublishedFrom(
+        source=was,
+        path=r.get(table, "path", str, w, required=False),
+        url=r.get(table, "url", str, w, required=False),
+    )
+
+
 def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
     where = f"packages[{i}]."
     wheels = r.get(table, "wheels", list, where)
@@ -434,11 +468,13 @@ def _package(r: _Reader, table: Mapping[str, Any], i: int) -> Package:
         raise r.fail(f"{tw}source", f"expected one of {', '.join(SOURCES)}, got {source!r}")
     origin = tool.get("origin")
     direct_url = r.get(tool, "direct-url", dict, tw, required=False)
+    wheel = _artifact(r, wheels[0], f"{where}wheels[0].")
     return Package(
         name=r.get(table, "name", str, where),
         version=r.get(table, "version", str, where),
-        wheel=_artifact(r, wheels[0], f"{where}wheels[0]."),
+        wheel=wheel,
         source=source,
+        published_from=_published_from(r, tool, source, wheel, where),
         index=r.get(table, "index", str, where, required=False),
         requires_python=r.get(table, "requires-python", str, where, required=False),
         installer=r.get(tool, "installer", str, tw, required=False),

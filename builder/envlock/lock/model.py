@@ -24,10 +24,14 @@ DIGEST_RULES = "envlock-payload-2"
 # put in the artifact store (a build for the target's GPU, say), found by the resolver.
 # built: a wheel ``envlock build`` made from its sdist for the target's GPU (its build
 # record is ``store/builds/<sha256>.json``), found in the store by the resolver.
+# published: a repacked, store, built or local direct wheel that ``envlock publish`` uploaded
+# to a private index; the wheel's url is the index's, ``published_from`` says where it was.
 # foreign: a package of a PEP 751 lock another tool wrote (``lock/foreign.py``);
 # never in a lock envlock writes or applies.
-Source = Literal["index", "direct", "repacked", "store", "built", "foreign"]
-SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store", "built")
+Source = Literal["index", "direct", "repacked", "store", "built", "published", "foreign"]
+SOURCES: tuple[Source, ...] = ("index", "direct", "repacked", "store", "built", "published")
+# The sources a wheel can have before it is published: bytes no public index serves.
+PUBLISHABLE: tuple[Source, ...] = ("repacked", "store", "built", "direct")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +91,15 @@ class SourceTree:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedFrom:
+    """Where a published package's wheel was before ``envlock publish`` (the same bytes)."""
+
+    source: Source  # repacked, store or direct
+    path: str | None = None  # the store path the lock gave, relative to the lock's directory
+    url: str | None = None  # a direct wheel's file:// URL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Package:
     name: str  # normalized
     version: str
@@ -107,6 +120,7 @@ class Package:
     missing: tuple[str, ...] = ()  # RECORD rows with no file
     reason: str | None = None  # why the bytes come from where they do
     origin: Artifact | None = None  # the index wheel a repacked package was patched from
+    published_from: PublishedFrom | None = None  # source "published" only
     direct_url: Mapping[str, Json] | None = None
     scripts: Mapping[str, str] = field(default_factory=dict)  # entry-point script -> sha256
     source_tree: SourceTree | None = None  # editable installs

@@ -15,6 +15,7 @@
 | an arch dropped that the host does not use | arch-dropped | warn |
 | yanked on its index | yanked | warn |
 | index URL changed | index-changed | warn |
+| the same wheel moved to a private index (``envlock publish``) | published | info |
 | upgrade / added / removed / other same-version change | upgrade, added, removed, artifact | info |
 | a NEEDED no package ships that the host has (an sdist build linking libyaml) | host-library | info |
 | Python, ABI, platform or GPU of the lock changed | environment | info |
@@ -22,7 +23,10 @@
 Two sources of the same file name are not suspicious when one is a
 repacked wheel: envlock names repacked wheels like the index wheel they
 came from, and going back to the index wheel (a patch removed) is how a
-hand patch ends. Those are ``local-build`` warnings instead.
+hand patch ends. Those are ``local-build`` warnings instead. A published
+wheel (``envlock publish``) is one of those local builds, now fetched from a
+private index: publishing it changes where it is fetched from, not its bytes,
+so that change alone is a ``published`` note.
 """
 
 from __future__ import annotations
@@ -58,13 +62,29 @@ def _list(items: Sequence[str], limit: int = 4) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+# Sources whose wheel envlock or the user built: its file name is not an index's own.
+_LOCAL = ("repacked", "store", "built", "published")
+
+
+def _just_published(change: PackageChange) -> bool:
+    """The same bytes, now fetched from the private index they were published to."""
+    before, after = change.before, change.after
+    return (
+        before is not None
+        and after is not None
+        and after.source == "published"
+        and before.source != "published"
+        and before.wheel.sha256 == after.wheel.sha256
+        and before.tree_digest == after.tree_digest
+        and before.scripts == after.scripts
+    )
+
+
 def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCheck | None) -> list[Finding]:
     before, after = change.before, change.after
     found: list[Finding] = []
     if before is not None and after is not None and change.kind == "artifact":
-        # envlock or the user built these: the file name is not an index's
-        local = ("repacked", "store", "built")
-        pinned = before.source not in local and after.source not in local
+        pinned = before.source not in _LOCAL and after.source not in _LOCAL
         was, now = all_artifacts(before), all_artifacts(after)  # a foreign lock lists several
         for name in sorted(was.keys() & now.keys()):
             if pinned and was[name] and now[name] and was[name] != now[name]:
@@ -82,7 +102,17 @@ def package_findings(change: PackageChange, ccs: Sequence[str], yanked: YankedCh
     if after is not None and after.native and before is None:
         paths = [library_label(lib.path) for lib in after.native]
         found.append(Finding("new-native-library", "warn", f"adds native code: {_list(paths)}"))
-    if after is not None and after.source in ("repacked", "store", "built"):
+    if _just_published(change):
+        assert before is not None and after is not None
+        found.append(
+            Finding(
+                "published",
+                "info",
+                f"{after.wheel.filename} published to {after.index or after.wheel.url} "
+                f"(was {before.source}; same sha256 {after.wheel.sha256[:16]}…)",
+            )
+        )
+    elif after is not None and after.source in _LOCAL:
         what = "added" if before is None else "changed"
         reason = after.reason or "repacked from the live files"
         found.append(Finding("local-build", "warn", f"locally built or modified package {what}: {reason}"))
