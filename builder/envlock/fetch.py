@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 from envlock.errors import EnvlockError
 from envlock.lock.model import Artifact, Package
 from envlock.store import Store
+from envlock.tmpname import private_sibling
 
 CHUNK = 1 << 20
 
@@ -45,7 +46,7 @@ def hash_file(path: Path) -> str:
 
 def _copy_verified(read: Callable[[int], bytes], target: Path, art: Artifact, where: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    tmp = private_sibling(target, ".part")
     digest = hashlib.sha256()
     try:
         with open(tmp, "wb") as out:
@@ -91,7 +92,7 @@ class VerifiedCache:
 
     def save(self) -> None:
         if self.dirty:
-            tmp = self.path.with_name(f".verified.{os.getpid()}.tmp")
+            tmp = private_sibling(self.path)
             tmp.write_text(json.dumps(self.entries))
             os.replace(tmp, self.path)
 

@@ -38,6 +38,7 @@ from envlock.lock.model import (
     Platform,
     SourceTree,
 )
+from envlock.tmpname import private_sibling
 
 CREATED_BY = "envlock"
 # A 1,000-package lock is ~1.5 MB; anything near this is not a lock envlock
@@ -229,7 +230,7 @@ def render_lock(lock: Lock) -> bytes:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = private_sibling(path)
     try:
         with open(tmp, "wb") as stream:
             stream.write(data)
