@@ -67,3 +67,7 @@ class AgentProtocolError(AgentError):
 
 class ResolveError(EnvlockError):
     """No set of artifacts runs on the target; the message says which and what would fix it."""
+
+
+class GroupError(EnvlockError):
+    """``hosts/groups.toml`` is invalid, or a command line names a group or host it cannot expand."""
