@@ -152,6 +152,9 @@ def test_fleet_apply_runs_every_host_and_reports_each(
     table = {line.split()[0]: line.split()[1] for line in again.stdout.splitlines()[2:6]}
     assert table == {"fl1": "no-op", "fl2": "no-op", "fl3": "no-op", "fl4": "changed"}, again.stdout
     assert "apply over 4 hosts: 3 no-op, 1 changed" in again.stdout
+    # --parallel's default (4): every host started before any finished (one line per event, no TTY)
+    events = [line.split("]", 1)[1].split(maxsplit=1)[1] for line in again.stderr.splitlines()]
+    assert events[:4] == ["started"] * 4, again.stderr
 
 
 def test_a_failing_canary_stops_the_rest(fleet_rig: SshRig, reference_lock: Path, tmp_path: Path) -> None:
@@ -177,33 +180,34 @@ def test_max_failures_stops_starting_new_hosts(
     root = _workspace(
         tmp_path, fleet_rig, reference_lock, "budget", {"fl2": MISSING_PYTHON, "fl3": MISSING_PYTHON}
     )
-    argv = ["fl2", "fl1", "fl3", "fl4", "--parallel", "1", "--max-failures", "2", "--format", "json"]
+    argv = ["fl2", "fl3", "fl1", "fl4", "--parallel", "1", "--max-failures", "2", "--format", "json"]
     proc = run_envlock(root, "apply", *argv)
     assert proc.returncode == 2, proc.stderr
     data = _json(proc, "apply")
     hosts = _by_host(data)
-    assert [h["host"] for h in data["result"]["hosts"]] == ["fl2", "fl1", "fl3", "fl4"]
+    assert [h["host"] for h in data["result"]["hosts"]] == ["fl2", "fl3", "fl1", "fl4"]
     for host in ("fl2", "fl3"):
         assert hosts[host]["outcome"] == "error" and hosts[host]["exit_code"] == 2
-        assert hosts[host]["error"]["message"] == f"host {host}: no Python at /nonexistent/bin/python3 " + (
-            f"(hosts/{host}.toml: python)"
-        )
-        assert hosts[host]["result"] is None
-    assert hosts["fl1"]["state"] == "changed"
-    assert (fleet_rig.hosts["fl1"].root / "budget" / "bin" / "alpha").is_file()
+        assert hosts[host]["error"] == {
+            "message": f"host {host}: no Python at /nonexistent/bin/python3 (hosts/{host}.toml: python)",
+            "code": "error",
+        }
+        assert hosts[host]["result"] is None and hosts[host]["seconds"] is not None
     stopped = "--max-failures 2 reached (2 hosts failed)"
-    assert hosts["fl4"] == {
-        "host": "fl4",
-        "outcome": "skipped",
-        "state": "skipped",
-        "exit_code": None,
-        "cause": f"not started: {stopped}",
-        "seconds": None,
-        "result": None,
-        "error": None,
-    }
-    assert not (fleet_rig.hosts["fl4"].root / "budget").exists()
+    for host in ("fl1", "fl4"):
+        assert hosts[host] == {
+            "host": host,
+            "outcome": "skipped",
+            "state": "skipped",
+            "exit_code": None,
+            "cause": f"not started: {stopped}",
+            "seconds": None,
+            "result": None,
+            "error": None,
+        }
+        assert not (fleet_rig.hosts[host].root / "budget").exists()
     assert data["result"]["fleet"]["stopped"] == stopped
+    assert data["result"]["summary"]["states"] == {"failed": 2, "skipped": 2}
 
 
 def test_verify_smoke_capture_and_lock_over_a_group(
@@ -356,7 +360,7 @@ def test_private_temp_names_differ_between_threads(tmp_path: Path) -> None:
 
 def test_threads_building_the_agent_bundle_at_once_all_get_it(tmp_path: Path) -> None:
     """A fleet's first run: every host's thread wants the bundle before any wrote it."""
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(16)
     got: list[Path] = []
     errors: list[BaseException] = []
 
@@ -367,7 +371,7 @@ def test_threads_building_the_agent_bundle_at_once_all_get_it(tmp_path: Path) ->
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=build) for _ in range(8)]
+    threads = [threading.Thread(target=build) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
