@@ -380,3 +380,39 @@ def test_threads_building_the_agent_bundle_at_once_all_get_it(tmp_path: Path) ->
     with zipfile.ZipFile(got[0]) as bundle:
         assert bundle.testzip() is None and "__main__.py" in bundle.namelist()
     assert [p.name for p in tmp_path.iterdir()] == [got[0].name]  # no temp file left behind
+
+
+def test_on_a_terminal_the_live_table_is_redrawn_in_place_then_removed(tmp_path: Path) -> None:
+    """stderr on a real pseudo-terminal: the table is drawn, redrawn over itself, and erased."""
+    import pty
+
+    root = _local_workspace(tmp_path, None)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [ENVLOCK, "verify", "ct1", "ct2", "ct3", "--root", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            text=True,
+            env={**os.environ, "TERM": "xterm"},
+        )
+        os.close(slave)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the pty's other end is closed: all read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(master)
+    assert proc.returncode == 2
+    text = drawn.decode()
+    rows = 4  # three hosts and the count line
+    assert text.count("\033[2K") >= 2 * rows, text  # drawn at least twice
+    assert f"\033[{rows}F\033[2K" in text, text  # redrawn over itself
+    assert text.endswith(f"\033[{rows}F\033[J"), text  # and taken away at the end
+    assert "[   0.0s]" not in text  # not the line-per-event form
+    assert "verify over 3 hosts: 3 failed" in proc.stdout
