@@ -62,7 +62,7 @@ class HostReport(Generic[T]):
     state: str  # one word or two for the table: "changed", "no-op", "clean", "drift", ...
     detail: str  # one line: what happened, or why it failed
     result: T  # the command's single-host answer (its JSON result, for the cli)
-    text: str = ""  # the single-host text report, shown for failed hosts
+    text: str = ""  # the single-host text report: shown for hosts with findings, for all with -v
 
 
 @dataclass(frozen=True, slots=True)

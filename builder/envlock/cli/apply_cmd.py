@@ -152,8 +152,7 @@ def host_report(result: ApplyResult) -> HostReport[dict[str, Any]]:
     else:
         state = "changed"
         detail = f"{plan}; pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}"
-    text = render_text(result) if result.exit_code != ExitCode.OK else ""
-    return HostReport(result.exit_code, state, detail, result_json(result), text)
+    return HostReport(result.exit_code, state, detail, result_json(result), render_text(result))
 
 
 def result_json(result: ApplyResult) -> dict[str, Any]:

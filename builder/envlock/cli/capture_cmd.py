@@ -97,7 +97,8 @@ def host_report(result: CaptureResult, root: Any, elapsed: float) -> HostReport[
         f"python {lock.interpreter.version}"
         + (f"; {plural(len(result.warnings), 'warning')}" if result.warnings else "")
     )
-    return HostReport(ExitCode.OK, state, detail, result_json(result, root, elapsed))
+    text = render_text(result, root, elapsed)
+    return HostReport(ExitCode.OK, state, detail, result_json(result, root, elapsed), text)
 
 
 def result_json(result: CaptureResult, root: Any, elapsed: float) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def host_report(result: LockResult, check: bool) -> HostReport[dict[str, Any]]:
             render_text(result, check),
         )
     state = "up to date" if check else "written" if result.written else "unchanged"
-    return HostReport(ExitCode.OK, state, detail, result_json(result))
+    return HostReport(ExitCode.OK, state, detail, result_json(result), render_text(result, check))
 
 
 def result_json(result: LockResult) -> dict[str, Any]:

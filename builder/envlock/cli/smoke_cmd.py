@@ -79,7 +79,8 @@ def host_report(result: SmokeResult, elapsed: float, verbose: bool) -> HostRepor
     ran = len(result.results)
     if result.passed:
         detail = f"{plural(ran, 'import')}, {len(result.skipped)} skipped, none failed for real"
-        return HostReport(ExitCode.OK, "passed", detail, result_json(result, elapsed))
+        text = render_text(result, elapsed, verbose=verbose)
+        return HostReport(ExitCode.OK, "passed", detail, result_json(result, elapsed), text)
     names = ", ".join(r.target for r in result.failures[:3])
     more = f" and {len(result.failures) - 3} more" if len(result.failures) > 3 else ""
     return HostReport(

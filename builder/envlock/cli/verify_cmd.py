@@ -69,7 +69,8 @@ def host_report(result: VerifyResult, shown: str, elapsed: float, fold: bool) ->
     """One host's line in a fleet verify: clean, or how far it drifted."""
     if result.clean:
         detail = f"{plural(result.files_checked, 'file')} match {shown}"
-        return HostReport(ExitCode.OK, "clean", detail, result_json(result, shown, elapsed))
+        text = render_text(result, shown, elapsed, fold=fold)
+        return HostReport(ExitCode.OK, "clean", detail, result_json(result, shown, elapsed), text)
     parts = []
     if result.python_locked != result.python_live:
         parts.append(f"python {result.python_locked} -> {result.python_live}")
