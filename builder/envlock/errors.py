@@ -71,3 +71,7 @@ class ResolveError(EnvlockError):
 
 class PublishError(EnvlockError):
     """A private index refused an upload, or holds other bytes under a wheel's name."""
+
+
+class GroupError(EnvlockError):
+    """``hosts/groups.toml`` is invalid, or a command line names a group or host it cannot expand."""

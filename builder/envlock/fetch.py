@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 from envlock.errors import EnvlockError
 from envlock.lock.model import Artifact, Package
 from envlock.store import Store, blob_key, wheel_key
+from envlock.tmpname import private_sibling
 
 CHUNK = 1 << 20
 
@@ -48,7 +49,7 @@ def _copy_verified(
 ) -> None:
     filename, sha256 = (art.filename, art.sha256) if isinstance(art, Artifact) else art
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    tmp = private_sibling(target, ".part")
     digest = hashlib.sha256()
     try:
         with open(tmp, "wb") as out:
@@ -93,7 +94,7 @@ class VerifiedCache:
 
     def save(self) -> None:
         if self.dirty:
-            tmp = self.path.with_name(f".verified.{os.getpid()}.tmp")
+            tmp = private_sibling(self.path)
             tmp.write_text(json.dumps(self.entries))
             os.replace(tmp, self.path)
 

@@ -23,6 +23,8 @@ from envlock.workspace import Workspace
 
 PullMode = Literal["auto", "always", "never"]
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# hosts/groups.toml holds the host groups (envlock.groups), so no host is called "groups"
+GROUPS_FILE = "groups.toml"
 _CC = re.compile(r"^\d+\.\d+$")
 _DRIVER = re.compile(r"^\d+(\.\d+){1,2}$")
 
@@ -356,13 +358,15 @@ def load_profile(workspace: Workspace, name: str) -> HostProfile:
     """Read ``hosts/<name>.toml``; a missing or invalid file is a ProfileError."""
     if not HOST_NAME.match(name):
         raise ProfileError(f"{name!r}: not a host name (letters, digits, '.', '_', '-')")
+    if f"{name}.toml" == GROUPS_FILE:
+        raise ProfileError(f"{name!r}: not a host name: hosts/{GROUPS_FILE} holds the host groups")
     path = workspace.profile_path(name)
     shown = _shown(path, workspace.root)
     if not path.is_file():
         missing = workspace.no_hosts_dir()
         if missing:
             raise ProfileError(f"unknown host {name!r}: {missing}")
-        known = sorted(p.stem for p in workspace.hosts_dir.glob("*.toml"))
+        known = sorted(p.stem for p in workspace.hosts_dir.glob("*.toml") if p.name != GROUPS_FILE)
         raise ProfileError(f"{shown}: unknown host {name!r}, no such profile{_suggest(name, known)}")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -30,6 +30,7 @@ from packaging.version import Version
 from envlock.agent.protocol import DistFacts
 from envlock.index import IndexClient, IndexFile
 from envlock.lock.model import Artifact
+from envlock.tmpname import private_sibling
 
 _BOOKKEEPING = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
 
@@ -133,7 +134,7 @@ class ProvenanceCache:
         if self.path is None or not self.dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = private_sibling(self.path)
         tmp.write_text(json.dumps(self.data, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
 

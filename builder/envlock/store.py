@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import EnvlockError
+from envlock.tmpname import private_sibling
 from envlock.workspace import Workspace
 
 
@@ -75,7 +76,7 @@ class Store:
         if path.is_file():
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+        tmp = private_sibling(path, ".part")
         with open(tmp, "wb") as stream:
             stream.write(data)
             stream.flush()

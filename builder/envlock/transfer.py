@@ -19,6 +19,7 @@ from pathlib import Path
 from envlock.agent.protocol import HaveAnswer
 from envlock.errors import EnvlockError
 from envlock.reporter import Reporter
+from envlock.tmpname import private_sibling
 from envlock.transport import Transport, run_agent
 from envlock.transport.local import LocalTransport
 
@@ -101,7 +102,7 @@ def _push_local(items: list[Item], remote_dir: str) -> PushResult:
             present.append(item)
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{item.name}.{os.getpid()}.part")
+        tmp = private_sibling(final, ".part")
         try:
             os.link(item.path, tmp)
         except OSError:

@@ -30,6 +30,7 @@ from envlock.hosts import load_profile
 from envlock.lock.manifest import manifest_sha256, render_manifest
 from envlock.lock.model import FileEntry
 from envlock.reporter import Reporter
+from envlock.tmpname import private_sibling
 from envlock.transport import Transport, open_transport, run_agent
 from envlock.workspace import Workspace, cache_dir
 
@@ -109,7 +110,7 @@ class LiveVenv:
         data = {"key": self._key, "manifest": result[0], "dists": result[1], "python": result[2]}
         try:
             self._memo_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._memo_path.with_name(f".{self._memo_path.name}.{os.getpid()}.tmp")
+            tmp = private_sibling(self._memo_path)
             tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, self._memo_path)
         except OSError:

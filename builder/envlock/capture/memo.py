@@ -9,6 +9,7 @@ from pathlib import Path
 
 from envlock.hosts import HostProfile
 from envlock.lock.model import Lock
+from envlock.tmpname import private_sibling
 from envlock.workspace import Workspace, cache_dir
 
 
@@ -66,7 +67,7 @@ class UnchangedMemo:
 
     def remember(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = private_sibling(self.path)
         tmp.write_text(json.dumps({"key": self.key, "files": self._files_digest()}), encoding="utf-8")
         os.replace(tmp, self.path)
 

@@ -15,6 +15,7 @@ from envlock.errors import CaptureError
 from envlock.lock.digest import tree_digest
 from envlock.lock.model import Artifact
 from envlock.store import Store
+from envlock.tmpname import private_sibling
 from envlock.transport import Transport, run_agent
 from envlock.workspace import Workspace, cache_dir
 
@@ -75,7 +76,7 @@ def repack_dists(
             raise CaptureError(f"host {transport.host}: agent did not repack {', '.join(sorted(missing))}")
         if use_cache:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
+            tmp = private_sibling(cache_path)
             tmp.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
             os.replace(tmp, cache_path)
     return result

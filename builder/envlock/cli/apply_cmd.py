@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
+from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.cli.progress import ProgressBar
 from envlock.cli.smoke_render import render_text as smoke_text
 from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
+from envlock.fleet import HostReport
 from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
 
@@ -71,7 +73,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "Exit 0 applied (or nothing to do), 1 refused on a finding (hand edits in the venv, failed "
         "imports in the staged venv: nothing was changed), 2 could not run.",
     )
-    p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
+    add_target_arguments(p, "host name: hosts/<host>.toml and locks/pylock.<host>.toml")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--jobs", type=int, default=0, help="hashing threads on the host")
     p.add_argument("--allow-smoke-failures", action="store_true", help="swap in even if imports fail")
@@ -117,8 +119,6 @@ def run(args: argparse.Namespace) -> int:
     from envlock.apply import ApplyOptions, apply  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    reporter = _Reporter(text=args.format == "text", quiet=args.quiet)
-
     options = ApplyOptions(
         dry_run=args.dry_run,
         jobs=args.jobs,
@@ -128,8 +128,15 @@ def run(args: argparse.Namespace) -> int:
         keep_staging=args.keep_staging,
         bundle=Path(args.bundle) if args.bundle else None,
     )
+    if wants_fleet(args):
+
+        def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
+            return host_report(apply(workspace, host, options, reporter=reporter))
+
+        return run_fleet_command(args, "apply", workspace, one)
+    reporter = _Reporter(text=args.format == "text", quiet=args.quiet)
     try:
-        result = apply(workspace, args.host, options, reporter=reporter)
+        result = apply(workspace, args.hosts[0], options, reporter=reporter)
     finally:
         reporter.close()
     if args.format == "json":
@@ -137,6 +144,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(result))
     return int(result.exit_code)
+
+
+def host_report(result: ApplyResult) -> HostReport[dict[str, Any]]:
+    """One host's line in a fleet apply: changed, no-op, dry run, or why nothing was swapped in."""
+    moved = sum(1 for c in result.changes if c.kind != "rebuilt")
+    plan = f"{plural(moved, 'package')} changed, {len(result.changes) - moved} rebuilt"
+    if result.noop:
+        state, detail = "no-op", "already matches its lock"
+    elif result.dry_run:
+        state, detail = "dry run", f"would apply: {plan}"
+    elif result.drift_refused and result.drift is not None:
+        count = len(result.drift.files) + len(result.drift.dists)
+        state = "drift"
+        detail = (
+            f"{plural(count, 'hand edit')} since it matched its lock; nothing was changed "
+            "(--discard-drift replaces the venv)"
+        )
+    elif result.smoke_failure is not None:
+        failed = len(result.smoke_failure.failures)
+        state = "smoke failed"
+        detail = f"{plural(failed, 'import')} failed in the staged venv; the live venv is untouched"
+    else:
+        state = "changed"
+        detail = f"{plan}; pushed {plural(result.pushed_files, 'file')}, {human_size(result.pushed_bytes)}"
+    return HostReport(result.exit_code, state, detail, result_json(result), render_text(result))
 
 
 def result_json(result: ApplyResult) -> dict[str, Any]:

@@ -7,8 +7,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
+from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.cli.progress import ProgressBar
 from envlock.errors import ExitCode
+from envlock.fleet import HostReport
 from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
 from envlock.workspace import open_workspace
@@ -26,7 +28,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "wheel (or repack it into the store), and write locks/pylock.<host>.toml with its "
         "file manifest. Writes nothing when the lock would not change.",
     )
-    p.add_argument("host", help="host name: hosts/<host>.toml")
+    add_target_arguments(p, "host name: hosts/<host>.toml")
     p.add_argument("--no-cache", action="store_true", help="rehash every file and re-trace every wheel")
     p.add_argument(
         "--allow-unreachable-index",
@@ -41,16 +43,23 @@ def run(args: argparse.Namespace) -> int:
     from envlock.capture import CaptureOptions, capture  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    reporter = _Reporter(text=args.format == "text", quiet=args.quiet, verbose=args.verbose)
-
-    started = time.monotonic()
     options = CaptureOptions(
         use_cache=not args.no_cache,
         allow_unreachable_index=args.allow_unreachable_index,
         jobs=args.jobs,
     )
+    if wants_fleet(args):
+
+        def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
+            started = time.monotonic()
+            result = capture(workspace, host, options, reporter=reporter)
+            return host_report(result, workspace.root, time.monotonic() - started)
+
+        return run_fleet_command(args, "capture", workspace, one)
+    reporter = _Reporter(text=args.format == "text", quiet=args.quiet, verbose=args.verbose)
+    started = time.monotonic()
     try:
-        result = capture(workspace, args.host, options, reporter=reporter)
+        result = capture(workspace, args.hosts[0], options, reporter=reporter)
     finally:
         reporter.bar.close()
     elapsed = time.monotonic() - started
@@ -77,6 +86,19 @@ class _Reporter(Reporter):
         # the steps go with the bar on a terminal; -v shows them anywhere, -q nowhere
         if self.text and (self.bar.enabled or self.verbose):
             print(f"• {message}", flush=True)
+
+
+def host_report(result: CaptureResult, root: Any, elapsed: float) -> HostReport[dict[str, Any]]:
+    """One host's line in a fleet capture: its lock written or unchanged."""
+    lock = result.lock
+    state = "written" if result.changed else "unchanged"
+    detail = (
+        f"{result.lock_path.relative_to(root)}: {plural(len(lock.packages), 'package')}, "
+        f"python {lock.interpreter.version}"
+        + (f"; {plural(len(result.warnings), 'warning')}" if result.warnings else "")
+    )
+    text = render_text(result, root, elapsed)
+    return HostReport(ExitCode.OK, state, detail, result_json(result, root, elapsed), text)
 
 
 def result_json(result: CaptureResult, root: Any, elapsed: float) -> dict[str, Any]:

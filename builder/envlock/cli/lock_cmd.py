@@ -6,8 +6,11 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
+from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.errors import ExitCode
+from envlock.fleet import HostReport
 from envlock.render import envelope, plural, table
+from envlock.reporter import Reporter
 
 if TYPE_CHECKING:
     from envlock.resolve import LockResult
@@ -25,7 +28,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "carries its reason. The target is described by the profile's [target] and [gpu] "
         "tables, or probed on the host.",
     )
-    p.add_argument("host")
+    add_target_arguments(p, "host name: hosts/<host>.toml (its `reference` names the lock to start from)")
     p.add_argument(
         "--check", action="store_true", help="exit 1 when the lock on disk is stale; write nothing"
     )
@@ -37,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from envlock.resolve import lock_host  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    result = lock_host(workspace, args.host, check=args.check, probe=probe_target)
+    if wants_fleet(args):
+
+        def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
+            return host_report(lock_host(workspace, host, check=args.check, probe=probe_target), args.check)
+
+        return run_fleet_command(args, "lock", workspace, one)
+    result = lock_host(workspace, args.hosts[0], check=args.check, probe=probe_target)
     if args.format == "json":
         print(envelope("lock", not (args.check and result.stale), {"result": result_json(result)}))
     else:
@@ -45,6 +54,27 @@ def run(args: argparse.Namespace) -> int:
     if args.check and result.stale:
         return int(ExitCode.FINDINGS)
     return int(ExitCode.OK)
+
+
+def host_report(result: LockResult, check: bool) -> HostReport[dict[str, Any]]:
+    """One host's line in a fleet lock: written, unchanged, up to date, or stale (--check)."""
+    lock = result.lock
+    differ = len(result.deviations)
+    detail = (
+        f"locks/pylock.{lock_name(lock.host)}.toml: {plural(len(lock.packages), 'package')}, "
+        f"{differ} differ from the reference's"
+    )
+    if check and result.stale:
+        because = "; ".join(stale_lines(result)[:3])
+        return HostReport(
+            ExitCode.FINDINGS,
+            "stale",
+            f"{detail}; stale: {because}",
+            result_json(result),
+            render_text(result, check),
+        )
+    state = "up to date" if check else "written" if result.written else "unchanged"
+    return HostReport(ExitCode.OK, state, detail, result_json(result), render_text(result, check))
 
 
 def result_json(result: LockResult) -> dict[str, Any]:

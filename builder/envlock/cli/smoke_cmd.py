@@ -8,11 +8,14 @@ import time
 from typing import Any, TextIO
 
 from envlock.cli.commands import summary
+from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.cli.smoke_render import render_text, result_json
 from envlock.errors import EnvlockError, ExitCode
-from envlock.render import envelope
+from envlock.fleet import HostReport
+from envlock.render import envelope, plural
 from envlock.reporter import Reporter
 from envlock.smoke import SmokeOptions, smoke
+from envlock.smokereport import SmokeResult
 from envlock.workspace import open_workspace
 
 
@@ -30,7 +33,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "optional imports, the profile's [smoke] exclude patterns) are listed with their reason "
         "and do not gate. Exit 0 no real failure, 1 real failures, 2 could not run.",
     )
-    p.add_argument("host", help="host name: hosts/<host>.toml (and locks/pylock.<host>.toml)")
+    add_target_arguments(p, "host name: hosts/<host>.toml (and locks/pylock.<host>.toml)")
     p.add_argument("--deep", action="store_true", help="also every submodule, found from the files")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per module (default 60)")
@@ -46,20 +49,47 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.jobs < 0:
         raise EnvlockError("--timeout must be positive and --jobs not negative")
     workspace = open_workspace(args.root)
+    options = SmokeOptions(deep=args.deep, fail_fast=args.fail_fast, timeout=args.timeout, jobs=args.jobs)
+    verbose = getattr(args, "verbose", 0) > 0
+    if wants_fleet(args):
+
+        def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
+            started = time.monotonic()
+            result = smoke(workspace, host, options, reporter=reporter)
+            return host_report(result, time.monotonic() - started, verbose)
+
+        return run_fleet_command(args, "smoke", workspace, one)
     counter = _Counter(sys.stderr)
     counter.enabled = counter.enabled and not args.quiet
-    options = SmokeOptions(deep=args.deep, fail_fast=args.fail_fast, timeout=args.timeout, jobs=args.jobs)
     started = time.monotonic()
     try:
-        result = smoke(workspace, args.host, options, reporter=counter)
+        result = smoke(workspace, args.hosts[0], options, reporter=counter)
     finally:
         counter.close()
     elapsed = time.monotonic() - started
     if args.format == "json":
         print(envelope("smoke", result.passed, {"result": result_json(result, elapsed)}))
     else:
-        print(render_text(result, elapsed, verbose=getattr(args, "verbose", 0) > 0))
+        print(render_text(result, elapsed, verbose=verbose))
     return int(ExitCode.OK if result.passed else ExitCode.FINDINGS)
+
+
+def host_report(result: SmokeResult, elapsed: float, verbose: bool) -> HostReport[dict[str, Any]]:
+    """One host's line in a fleet smoke: passed, or which imports failed."""
+    ran = len(result.results)
+    if result.passed:
+        detail = f"{plural(ran, 'import')}, {len(result.skipped)} skipped, none failed for real"
+        text = render_text(result, elapsed, verbose=verbose)
+        return HostReport(ExitCode.OK, "passed", detail, result_json(result, elapsed), text)
+    names = ", ".join(r.target for r in result.failures[:3])
+    more = f" and {len(result.failures) - 3} more" if len(result.failures) > 3 else ""
+    return HostReport(
+        ExitCode.FINDINGS,
+        "imports failed",
+        f"{plural(len(result.failures), 'failure')} of {ran}: {names}{more}",
+        result_json(result, elapsed),
+        render_text(result, elapsed, verbose=verbose),
+    )
 
 
 class _Counter(Reporter):

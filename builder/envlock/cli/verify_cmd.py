@@ -7,9 +7,11 @@ import time
 from typing import Any
 
 from envlock.cli.commands import summary
+from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.cli.progress import ProgressBar
 from envlock.drift import VerifyResult
 from envlock.errors import ExitCode
+from envlock.fleet import HostReport
 from envlock.lock.compare import FLAGS, FileDrift
 from envlock.render import envelope, plural, table
 from envlock.reporter import Reporter
@@ -28,7 +30,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "file and distribution with locks/pylock.<host>.toml and its manifest. Flags: S size, "
         "5 sha256, M kind (f/x/l), L symlink target. Exit 0 clean, 1 drift, 2 could not run.",
     )
-    p.add_argument("host", help="host name: hosts/<host>.toml and locks/pylock.<host>.toml")
+    add_target_arguments(p, "host name: hosts/<host>.toml and locks/pylock.<host>.toml")
     p.add_argument("--no-cache", action="store_true", help="rehash every file")
     p.add_argument("--jobs", type=int, default=0, help="hashing threads (default: 2 per core)")
     p.add_argument("--all", action="store_true", help="list every file of drifted distributions (as -v does)")
@@ -37,11 +39,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.root)
-    reporter = _Reporter(quiet=args.quiet)
+    if wants_fleet(args):
+        fold = not (args.all or args.verbose)
 
+        def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
+            started = time.monotonic()
+            result = verify(workspace, host, use_cache=not args.no_cache, jobs=args.jobs, reporter=reporter)
+            return host_report(result, workspace.shown(result.lock_path), time.monotonic() - started, fold)
+
+        return run_fleet_command(args, "verify", workspace, one)
+    reporter = _Reporter(quiet=args.quiet)
     started = time.monotonic()
     try:
-        result = verify(workspace, args.host, use_cache=not args.no_cache, jobs=args.jobs, reporter=reporter)
+        result = verify(
+            workspace, args.hosts[0], use_cache=not args.no_cache, jobs=args.jobs, reporter=reporter
+        )
     finally:
         reporter.bar.close()
     elapsed = time.monotonic() - started
@@ -51,6 +63,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(result, shown, elapsed, fold=not (args.all or args.verbose)))
     return int(ExitCode.OK if result.clean else ExitCode.FINDINGS)
+
+
+def host_report(result: VerifyResult, shown: str, elapsed: float, fold: bool) -> HostReport[dict[str, Any]]:
+    """One host's line in a fleet verify: clean, or how far it drifted."""
+    if result.clean:
+        detail = f"{plural(result.files_checked, 'file')} match {shown}"
+        text = render_text(result, shown, elapsed, fold=fold)
+        return HostReport(ExitCode.OK, "clean", detail, result_json(result, shown, elapsed), text)
+    parts = []
+    if result.python_locked != result.python_live:
+        parts.append(f"python {result.python_locked} -> {result.python_live}")
+    if result.files:
+        parts.append(plural(len(result.files), "file"))
+    if result.dists:
+        parts.append(plural(len(result.dists), "distribution"))
+    if result.bytecode:
+        parts.append(f"{len(result.bytecode)} damaged .pyc")
+    return HostReport(
+        ExitCode.FINDINGS,
+        "drift",
+        f"drift from {shown}: " + ", ".join(parts),
+        result_json(result, shown, elapsed),
+        render_text(result, shown, elapsed, fold=fold),
+    )
 
 
 def _file_json(drift: FileDrift) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from envlock.lock.model import (
     PublishedFrom,
     SourceTree,
 )
+from envlock.tmpname import private_sibling
 
 CREATED_BY = "envlock"
 # A 1,000-package lock is ~1.5 MB; anything near this is not a lock envlock
@@ -272,7 +273,7 @@ def _literal_symbols(text: str) -> str:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = private_sibling(path)
     try:
         with open(tmp, "wb") as stream:
             stream.write(data)

@@ -30,6 +30,7 @@ from envlock.index import IndexClient, IndexFile
 from envlock.lock.model import Artifact, Lock, Package, Source
 from envlock.resolve.target import TargetEnv
 from envlock.store import Store
+from envlock.tmpname import private_sibling
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class Finder:
             else:
                 problem = _inspect_problem(path, cc, self.env.driver)
                 facts_dir.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+                tmp = private_sibling(cache)
                 tmp.write_text(json.dumps({"problem": problem}))
                 os.replace(tmp, cache)
             if problem:

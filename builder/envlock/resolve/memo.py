@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envlock.hosts import HostProfile
 from envlock.resolve.target import TargetEnv
+from envlock.tmpname import private_sibling
 from envlock.transport.bundle import code_key
 from envlock.workspace import Workspace, cache_dir
 
@@ -68,6 +69,6 @@ class LockMemo:
             self.path.unlink(missing_ok=True)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = private_sibling(self.path)
         tmp.write_text(json.dumps({"key": self.key, "written": self._written(), "deviations": deviations}))
         os.replace(tmp, self.path)

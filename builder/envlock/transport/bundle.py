@@ -17,6 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from envlock.tmpname import private_sibling
+
 MAIN = b"import runpy, sys\nsys.exit(runpy.run_module('envlock.agent', run_name='__main__'))\n"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -100,7 +102,7 @@ def bundle_path(cache: Path) -> Path:
     if not path.exists():
         data = build_bundle()
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = private_sibling(path)
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return path
