@@ -20,6 +20,7 @@ import inspect_bench
 import lock_bench
 import smoke_bench
 import ssh_bench
+import whole
 from common import DEFAULT_WORK
 
 BENCHES = {
@@ -30,6 +31,7 @@ BENCHES = {
     "apply": apply_bench,
     "lock": lock_bench,
     "smoke": smoke_bench,
+    "whole": whole,
 }
 
 
