@@ -13,10 +13,8 @@ Result objects only; printing and exit codes belong to ``cli/inspect_cmd``.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,6 +255,9 @@ def _scan_single(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
 
 
 def _scan_wheel(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
+    import io  # here, not at the top: zipfile costs every other inspect ~10 ms of start-up
+    import zipfile
+
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -374,9 +372,14 @@ def _highest(versions: Iterable[str]) -> Optional[str]:
 def demangle(symbols: Sequence[str]) -> Dict[str, str]:
     """C++ names for mangled symbols through ``c++filt`` when it is on PATH; else as given."""
     names = {s: s for s in symbols}
-    tool = shutil.which("c++filt")
     mangled = [s for s in symbols if s.startswith("_Z")]
-    if not tool or not mangled:
+    if not mangled:
+        return names
+    import shutil  # only now: subprocess is not every inspect's start-up to pay
+    import subprocess
+
+    tool = shutil.which("c++filt")
+    if not tool:
         return names
     try:
         done = subprocess.run(
