@@ -10,6 +10,8 @@ from envlock.errors import ExitCode
 from envlock.render import envelope, plural, table
 
 if TYPE_CHECKING:
+    from envlock.hosts import HostProfile
+    from envlock.lock.model import Lock
     from envlock.resolve import LockResult
 from envlock.workspace import lock_name, open_workspace
 
@@ -32,12 +34,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _probe(profile: HostProfile, reference: Lock) -> dict[str, Any]:
+    # hostpython brings the transports and the agent protocol: only a host without [target] needs them
     from envlock.hostpython import probe_target
+
+    return probe_target(profile, reference)
+
+
+def run(args: argparse.Namespace) -> int:
     from envlock.resolve import lock_host  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
-    result = lock_host(workspace, args.host, check=args.check, probe=probe_target)
+    result = lock_host(workspace, args.host, check=args.check, probe=_probe)
     if args.format == "json":
         print(envelope("lock", not (args.check and result.stale), {"result": result_json(result)}))
     else:
@@ -64,8 +72,8 @@ def result_json(result: LockResult) -> dict[str, Any]:
             {
                 "name": p.name,
                 "version": p.version,
-                "wheel": p.wheel.filename,
-                "sha256": p.wheel.sha256,
+                "wheel": p.wheel,
+                "sha256": p.sha256,
                 "kept": p.name not in result.deviations,
                 "reason": result.deviations.get(p.name),
             }
@@ -114,7 +122,7 @@ def render_text(result: LockResult, check: bool) -> str:
     lines = [f"target: {describe(result.env)}"]
     changed = [p for p in lock.packages if p.name in result.deviations]
     if changed:
-        rows = [[p.name, p.version, p.wheel.filename] for p in changed]
+        rows = [[p.name, p.version, p.wheel] for p in changed]
         lines += ["", table(["package", "version", "wheel"], rows), ""]
         for p in changed:
             why = textwrap.fill(
