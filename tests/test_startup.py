@@ -2,8 +2,9 @@
 
 Each command runs as a user runs it, in a fresh interpreter, which reports
 ``sys.modules`` as it exits (``-X importtime`` would miss the command
-module, imported through ``importlib``). The budget (issue 17: ``envlock inspect`` of a small library in 0.08 s) is
-measured in bench/whole; here, only that no heavy module comes back.
+module, imported through ``importlib``). The budget (issue 17: ``envlock
+inspect`` of a small library in 0.08 s) is measured in bench/whole; here,
+only that no heavy module comes back.
 """
 
 from __future__ import annotations
