@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from envlock.binary import cuda
 from envlock.binary.cuda import (
@@ -67,8 +66,7 @@ class InspectError(EnvlockError):
     """The path to inspect is missing or is not a library, wheel or venv."""
 
 
-@dataclass(frozen=True)
-class LibraryResult:
+class LibraryResult(NamedTuple):
     """One shared library, or one directory of loose device code files."""
 
     path: str
@@ -96,8 +94,7 @@ class LibraryResult:
         return sum(1 for c in self.containers if not c.relocatable)
 
 
-@dataclass(frozen=True)
-class InspectResult:
+class InspectResult(NamedTuple):
     path: Path
     source: str  # "library", "wheel", "venv" or "directory" (of libraries, not a venv)
     gpu: Gpu
@@ -139,8 +136,7 @@ def inspect_path(path: str | Path, gpu: str = "12.0", driver: str | None = None)
 # --- reading ---------------------------------------------------------------------
 
 
-@dataclass
-class _File:
+class _File(NamedTuple):
     """One file as read: its link facts (None for loose device code) and images."""
 
     key: str
@@ -151,8 +147,7 @@ class _File:
     error: str | None = None
 
 
-@dataclass
-class _Scan:
+class _Scan(NamedTuple):
     path: Path
     source: str
     files: list[_File]

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 ELF_MAGIC = b"\x7fELF"
 CUDA_SECTIONS = (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment")
@@ -113,8 +112,7 @@ _STV_DEFAULT, _STV_PROTECTED = 0, 3
 _STT_SECTION, _STT_FILE = 3, 4
 
 
-@dataclass(frozen=True)
-class SectionInfo:
+class SectionInfo(NamedTuple):
     """One section header: enough to read a section's bytes without pyelftools."""
 
     name: str
@@ -123,8 +121,7 @@ class SectionInfo:
     size: int
 
 
-@dataclass(frozen=True)
-class LinkFacts:
+class LinkFacts(NamedTuple):
     """Everything the dynamic loader looks at when it maps one shared object.
 
     ``exported`` and ``undefined`` come from ``.dynsym`` (the only symbol
@@ -215,23 +212,27 @@ def _enum_name(value: int, known: Dict[int, str], table: str) -> Any:
     return value
 
 
-@dataclass
 class _Elf:
-    """What one pass over an ELF file's headers and small sections yields."""
+    """What one pass over an ELF file's headers and small sections yields (filled in as read)."""
 
-    machine: Any
-    type: Any
-    elf_class: int
-    file_size: int
-    headers: List[Tuple[SectionInfo, int, int]]
-    soname: Optional[str] = None
-    needed: List[str] = field(default_factory=list)
-    rpath: List[str] = field(default_factory=list)
-    runpath: List[str] = field(default_factory=list)
-    version_needs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
-    version_defs: List[str] = field(default_factory=list)
-    exported: FrozenSet[str] = frozenset()
-    undefined: Tuple[str, ...] = ()
+    def __init__(
+        self,
+        machine: Any,
+        type: Any,
+        elf_class: int,
+        file_size: int,
+        headers: List[Tuple[SectionInfo, int, int]],
+    ) -> None:
+        self.machine, self.type, self.elf_class, self.file_size = machine, type, elf_class, file_size
+        self.headers = headers
+        self.soname: Optional[str] = None
+        self.needed: List[str] = []
+        self.rpath: List[str] = []
+        self.runpath: List[str] = []
+        self.version_needs: Dict[str, Tuple[str, ...]] = {}
+        self.version_defs: List[str] = []
+        self.exported: FrozenSet[str] = frozenset()
+        self.undefined: Tuple[str, ...] = ()
 
 
 def _read_elf(stream: IO[bytes], symbols: bool) -> _Elf:
