@@ -27,6 +27,7 @@ HEAVY = {
     "elftools",  # pyelftools: ~0.1 s of imports; binary/elf.py reads ELF with struct
     "zipfile",  # wheels only
     "subprocess",  # c++filt only, when a library misses symbols
+    "shutil",  # argparse imports it for the terminal width; cli asks os directly
     "envlock.lock",
     "envlock.transport",
 }
