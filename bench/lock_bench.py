@@ -38,7 +38,8 @@ def _serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
 
 
-def main(work: Path, repeat: int) -> dict[str, object]:
+def index_tree(work: Path) -> Path:
+    """The 300-wheel PEP 503 tree under ``work/lock-bench/index`` (made once)."""
     base = work / "lock-bench"
     wheels_dir, index_dir = base / "wheels", base / "index"
     if not (index_dir / "simple").is_dir():
@@ -48,14 +49,19 @@ def main(work: Path, repeat: int) -> dict[str, object]:
             files = {f"pkg{i:03d}/__init__.py": f"N = {i}\n".encode()}
             wheels.append(make_wheel(wheels_dir, f"pkg{i:03d}", "1.0", files, requires=requires))
         build_simple_index(index_dir, wheels)
-    server, url = _serve(index_dir)
+    return index_dir
+
+
+def main(work: Path, repeat: int) -> dict[str, object]:
+    server, url = _serve(index_tree(work))
     try:
-        return _measure(base, url, repeat)
+        return _measure(work / "lock-bench", url, repeat)
     finally:
         server.shutdown()
 
 
-def _measure(base: Path, url: str, repeat: int) -> dict[str, object]:
+def prepare(base: Path, url: str) -> tuple[Path, list[str]]:
+    """A captured 300-package reference and a target host under ``base``: (workspace root, uv's argv)."""
     venv = base / "venv"
     uv = str(BIN / "uv")
     pins = [f"pkg{i:03d}==1.0" for i in range(COUNT)]
@@ -91,6 +97,12 @@ def _measure(base: Path, url: str, repeat: int) -> dict[str, object]:
         "-o",
         str(out),
     ]
+    return root, compile_cmd
+
+
+def _measure(base: Path, url: str, repeat: int) -> dict[str, object]:
+    root, compile_cmd = prepare(base, url)
+    envlock = str(BIN / "envlock")
     results: dict[str, object] = {"packages": COUNT}
     results["envlock_lock"] = timed(
         lambda: run([envlock, "lock", "target", "--root", str(root)]), repeat, warmup=1

@@ -22,6 +22,7 @@ import inspect_bench
 import lock_bench
 import smoke_bench
 import ssh_bench
+import whole
 from common import DEFAULT_WORK
 
 BENCHES = {
@@ -34,6 +35,7 @@ BENCHES = {
     "smoke": smoke_bench,
     "abi": abi_bench,
     "fleet": fleet_bench,
+    "whole": whole,
 }
 
 

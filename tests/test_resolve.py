@@ -229,3 +229,56 @@ def test_a_wheel_put_in_the_store_is_a_candidate(fleet: Path, gpu_index: GpuInde
     assert packages["gpukern"]["version"] == "1.0+cu128" and packages["gpukern"]["sha256"] == sha
     lock = (fleet / "locks" / "pylock.ct207.toml").read_text()
     assert 'source = "store"' in lock and f'path = "../store/wheels/{sha}/' in lock
+
+
+def _lock_modules(fleet: Path, host: str) -> tuple[dict[str, Any], set[str]]:
+    """``envlock lock HOST --format json`` in a fresh interpreter: its result and the modules it loaded."""
+    code = (
+        "import atexit, sys\n"
+        "report = lambda: sys.__stderr__.write('\\nMODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+        "atexit.register(report)\n"
+        "sys.argv = ['envlock', *sys.argv[1:]]\n"
+        "from envlock.cli import main\n"
+        "raise SystemExit(main())\n"
+    )
+    args = ["lock", host, "--format", "json", "--root", str(fleet)]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = next(line for line in proc.stderr.splitlines() if line.startswith("MODULES ")).split()[1:]
+    return json.loads(proc.stdout)["result"], set(modules)
+
+
+def test_a_warm_lock_reports_the_cold_one_without_reading_a_lock(fleet: Path) -> None:
+    """An unchanged lock is not resolved again, and its report still follows the reference's bytes."""
+    from dataclasses import replace
+
+    from envlock.lock.digest import lock_digest
+    from envlock.lock.io import read_lock, render_lock
+
+    shutil.copy(fleet / "locks" / "pylock.ct129.files.tsv", fleet / "locks" / "pylock.warmref.files.tsv")
+    reference = read_lock(fleet / "locks" / "pylock.ct129.toml")
+    warmref = replace(reference, host="warmref")
+    (fleet / "locks" / "pylock.warmref.toml").write_bytes(
+        render_lock(replace(warmref, digest=lock_digest(warmref)))
+    )
+    profile = (fleet / "hosts" / "ct129.toml").read_text()
+    (fleet / "hosts" / "warmref.toml").write_text(profile)
+    # no glibc in [target]: the target's comes from the reference lock
+    _target(fleet, "ct210", '[gpu]\ncc = ["9.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n')
+    (fleet / "hosts" / "ct210.toml").write_text(
+        (fleet / "hosts" / "ct210.toml").read_text().replace('"ct129"', '"warmref"')
+    )
+    cold, cold_modules = _lock_modules(fleet, "ct210")
+    assert cold["written"] and "resolvelib" in cold_modules
+    warm, warm_modules = _lock_modules(fleet, "ct210")
+    assert not warm["written"]
+    assert {**warm, "written": True, "changed": True} == cold
+    assert not {"resolvelib", "envlock.lock.io", "envlock.resolve.solve"} & warm_modules
+    assert f"glibc {reference.platform.libc_version}" in warm["target"]
+    # The reference moves to another glibc (re-captured elsewhere): a warm run sees it at once.
+    moved = replace(warmref, platform=replace(warmref.platform, libc_version="2.41"))
+    (fleet / "locks" / "pylock.warmref.toml").write_bytes(
+        render_lock(replace(moved, digest=lock_digest(moved)))
+    )
+    after, _modules = _lock_modules(fleet, "ct210")
+    assert "glibc 2.41" in after["target"], after["target"]

@@ -8,15 +8,12 @@ collects every problem and names the file and the field, like
 
 from __future__ import annotations
 
-import difflib
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from envlock.errors import ProfileError
 from envlock.workspace import Workspace
@@ -238,6 +235,9 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
     policy = LockPolicy()
     lock_table = check.table(data, "lock")
     if lock_table is not None:
+        # packaging's requirement parser only for profiles with a [lock] table: it costs ~20 ms
+        from packaging.requirements import InvalidRequirement, Requirement
+
         check.unknown_keys(lock_table, _LOCK_KEYS, "lock.")
         pins = check.strings(lock_table, "pins", "lock.")
         overrides = check.strings(lock_table, "overrides", "lock.")
@@ -381,6 +381,8 @@ def _suggest(name: str, known: list[str]) -> str:
     """`` (did you mean 'gpu01'? known hosts: ...)``: the closest name first, as git suggests commands."""
     if not known:
         return ""
+    import difflib  # only to word an error
+
     close = difflib.get_close_matches(name, known, n=1)
     guess = f"did you mean {close[0]!r}? " if close else ""
     return f" ({guess}known hosts: {', '.join(known)})"

@@ -13,14 +13,11 @@ Result objects only; printing and exit codes belong to ``cli/inspect_cmd``.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from envlock.binary import cuda
 from envlock.binary.cuda import (
@@ -69,8 +66,7 @@ class InspectError(EnvlockError):
     """The path to inspect is missing or is not a library, wheel or venv."""
 
 
-@dataclass(frozen=True)
-class LibraryResult:
+class LibraryResult(NamedTuple):
     """One shared library, or one directory of loose device code files."""
 
     path: str
@@ -98,8 +94,7 @@ class LibraryResult:
         return sum(1 for c in self.containers if not c.relocatable)
 
 
-@dataclass(frozen=True)
-class InspectResult:
+class InspectResult(NamedTuple):
     path: Path
     source: str  # "library", "wheel", "venv" or "directory" (of libraries, not a venv)
     gpu: Gpu
@@ -141,8 +136,7 @@ def inspect_path(path: str | Path, gpu: str = "12.0", driver: str | None = None)
 # --- reading ---------------------------------------------------------------------
 
 
-@dataclass
-class _File:
+class _File(NamedTuple):
     """One file as read: its link facts (None for loose device code) and images."""
 
     key: str
@@ -153,8 +147,7 @@ class _File:
     error: str | None = None
 
 
-@dataclass
-class _Scan:
+class _Scan(NamedTuple):
     path: Path
     source: str
     files: list[_File]
@@ -257,6 +250,9 @@ def _scan_single(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
 
 
 def _scan_wheel(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
+    import io  # here, not at the top: zipfile costs every other inspect ~10 ms of start-up
+    import zipfile
+
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:

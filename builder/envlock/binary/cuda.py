@@ -14,8 +14,7 @@ target host in the agent.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from envlock.binary.fatbin import KIND_ELF, KIND_PTX, FatbinContainer, FatbinEntry
 
@@ -66,8 +65,7 @@ def parse_driver(text: str) -> DriverVersion:
     return tuple(int(part) for part in text.split("."))
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """A compute capability: ``Gpu(12, 0)`` is sm_120 (RTX 50xx, RTX PRO 6000)."""
 
     major: int
@@ -142,8 +140,7 @@ def runtime_driver_problem(runtime: Optional[int], driver: Optional[DriverVersio
 # --- images --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ContainerVerdict:
+class ContainerVerdict(NamedTuple):
     """The image a container offers a GPU, or why it offers none."""
 
     container: FatbinContainer
@@ -152,8 +149,7 @@ class ContainerVerdict:
     reason: str
 
 
-@dataclass(frozen=True)
-class ImageReport:
+class ImageReport(NamedTuple):
     """Images of one file for one GPU: per container, counted, and the worst."""
 
     verdict: str

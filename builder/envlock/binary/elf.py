@@ -1,4 +1,4 @@
-"""ELF facts of a shared library through pyelftools.
+"""ELF facts of a shared library, unpacked with ``struct``.
 
 Only what deciding "will this load there" needs: SONAME, DT_NEEDED,
 RPATH/RUNPATH, the highest versioned symbol needed from each family (GLIBC_,
@@ -7,14 +7,19 @@ GLIBCXX_, CXXABI_, ...), and which CUDA device-code sections are present
 dynamic symbols and every version needed and defined (``read_link_facts``).
 Reading touches headers, the dynamic symbol table and small sections only,
 never code or data.
+
+Everything here is a fixed gABI layout read with ``struct``: pyelftools
+(kept as the oracle the tests compare with, and for the names of rare
+machine types) costs ~0.1 s to import and builds a ``construct`` parser per
+file, which made start-up and capture's hashing threads (which read every
+library while holding the GIL) slower than the work itself.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 ELF_MAGIC = b"\x7fELF"
 CUDA_SECTIONS = (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment")
@@ -46,64 +51,29 @@ def highest_versions(names: List[str]) -> Dict[str, str]:
     return dict(sorted(best.items()))
 
 
-def _read_dynamic(section: Any, needed: List[str], rpath: List[str], runpath: List[str]) -> Optional[str]:
-    """Append a dynamic section's NEEDED, RPATH and RUNPATH entries; return its SONAME."""
-    soname: Optional[str] = None
-    for tag in section.iter_tags():
-        kind = tag.entry.d_tag
-        if kind == "DT_NEEDED":
-            needed.append(tag.needed)
-        elif kind == "DT_SONAME":
-            soname = tag.soname
-        elif kind == "DT_RPATH":
-            rpath.extend(p for p in tag.rpath.split(":") if p)
-        elif kind == "DT_RUNPATH":
-            runpath.extend(p for p in tag.runpath.split(":") if p)
-    return soname
-
-
 def read_elf_facts(stream: IO[bytes]) -> Dict[str, Any]:
     """Facts of one ELF file; raises ElfError when it cannot be parsed."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.gnuversions import GNUVerNeedSection
-
     try:
-        elf = ELFFile(stream)
-        soname: Optional[str] = None
-        needed: List[str] = []
-        rpath: List[str] = []
-        runpath: List[str] = []
-        version_needs: List[str] = []
-        cuda: Dict[str, int] = {}
-        device_sections: List[Tuple[str, int, int]] = []
-        for section in elf.iter_sections():
-            if section.name in CUDA_SECTIONS:
-                cuda[section.name] = section["sh_size"]
-                device_sections.append((section.name, section["sh_offset"], section["sh_size"]))
-            if isinstance(section, DynamicSection):
-                soname = _read_dynamic(section, needed, rpath, runpath) or soname
-            elif isinstance(section, GNUVerNeedSection):
-                for _verneed, auxiliaries in section.iter_versions():
-                    version_needs.extend(aux.name for aux in auxiliaries)
-        return {
-            "machine": elf["e_machine"],
-            "type": elf["e_type"],
-            "soname": soname,
-            "needed": needed,
-            "rpath": rpath,
-            "runpath": runpath,
-            "version_needs": highest_versions(version_needs),
-            "cuda_sections": dict(sorted(cuda.items())),
-            "cuda_images": device_code_summary(stream, device_sections) if device_sections else None,
-        }
-    except (ELFError, ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        elf = _read_elf(stream, symbols=False)
+    except (ValueError, KeyError, IndexError, struct.error) as exc:
         raise ElfError(str(exc) or type(exc).__name__) from exc
-    except Exception as exc:  # pyelftools raises construct errors on truncation
-        if type(exc).__module__.startswith("elftools"):
-            raise ElfError(str(exc) or type(exc).__name__) from exc
-        raise
+    cuda: Dict[str, int] = {}
+    device_sections: List[Tuple[str, int, int]] = []
+    for info, _link, _count in elf.headers:
+        if info.name in CUDA_SECTIONS:
+            cuda[info.name] = info.size
+            device_sections.append((info.name, info.offset, info.size))
+    return {
+        "machine": elf.machine,
+        "type": elf.type,
+        "soname": elf.soname,
+        "needed": elf.needed,
+        "rpath": elf.rpath,
+        "runpath": elf.runpath,
+        "version_needs": highest_versions([n for names in elf.version_needs.values() for n in names]),
+        "cuda_sections": dict(sorted(cuda.items())),
+        "cuda_images": device_code_summary(stream, device_sections) if device_sections else None,
+    }
 
 
 def device_code_summary(stream: IO[bytes], sections: List[Tuple[str, int, int]]) -> Dict[str, Any]:
@@ -142,8 +112,7 @@ _STV_DEFAULT, _STV_PROTECTED = 0, 3
 _STT_SECTION, _STT_FILE = 3, 4
 
 
-@dataclass(frozen=True)
-class SectionInfo:
+class SectionInfo(NamedTuple):
     """One section header: enough to read a section's bytes without pyelftools."""
 
     name: str
@@ -152,8 +121,7 @@ class SectionInfo:
     size: int
 
 
-@dataclass(frozen=True)
-class LinkFacts:
+class LinkFacts(NamedTuple):
     """Everything the dynamic loader looks at when it maps one shared object.
 
     ``exported`` and ``undefined`` come from ``.dynsym`` (the only symbol
@@ -179,8 +147,9 @@ class LinkFacts:
     # versioned definition as ``name@VERSION`` (default and hidden alike).
     undefined_versioned: Tuple[str, ...] = ()
     exported_versioned: FrozenSet[str] = frozenset()
-    # The library each needed version comes from (``GLIBCXX_3.4.21`` -> libstdc++.so.6).
-    version_files: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    # The library each needed version comes from (``GLIBCXX_3.4.21`` -> libstdc++.so.6);
+    # a fresh dict per read, never mutated after it.
+    version_files: Dict[str, Tuple[str, ...]] = {}  # noqa: RUF012
 
     def section(self, name: str) -> Optional[SectionInfo]:
         for section in self.sections:
@@ -192,91 +161,208 @@ class LinkFacts:
 def read_link_facts(stream: IO[bytes], symbol_versions: bool = False) -> LinkFacts:
     """Link facts of one ELF file; raises ElfError when it cannot be parsed.
 
-    pyelftools reads the headers, the dynamic section and the version
-    sections; the symbol table is unpacked with ``struct`` straight from the
-    section bytes, because building a pyelftools object per symbol costs
-    seconds on libtorch-sized tables (75,000 symbols and more).
-    ``symbol_versions`` also reads ``.gnu.version`` to spell versioned
+    The symbol table is unpacked straight from the section bytes: an object
+    per symbol would cost seconds on libtorch-sized tables (75,000 symbols
+    and more). ``symbol_versions`` also reads ``.gnu.version`` to spell versioned
     symbols ``name@VERSION`` (``undefined_versioned``, ``exported_versioned``).
     """
-    from elftools.common.exceptions import ELFError
-
     try:
-        return _read_link_facts(stream, symbol_versions)
-    except (ELFError, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error) as exc:
+        elf = _read_elf(stream, symbols=True, versions=symbol_versions)
+    except (ValueError, KeyError, IndexError, struct.error) as exc:
         raise ElfError(str(exc) or type(exc).__name__) from exc
-    except Exception as exc:  # pyelftools raises construct errors on truncation
-        if type(exc).__module__.startswith("elftools"):
-            raise ElfError(str(exc) or type(exc).__name__) from exc
-        raise
+    return LinkFacts(
+        machine=elf.machine,
+        elf_class=elf.elf_class,
+        type=elf.type,
+        soname=elf.soname,
+        needed=tuple(elf.needed),
+        rpath=tuple(elf.rpath),
+        runpath=tuple(elf.runpath),
+        version_needs=elf.version_needs,
+        version_defs=tuple(elf.version_defs),
+        exported=elf.exported,
+        undefined=elf.undefined,
+        sections=tuple(info for info, _link, _count in elf.headers),
+        file_size=elf.file_size,
+        undefined_versioned=elf.undefined_versioned,
+        exported_versioned=elf.exported_versioned,
+        version_files=elf.version_files if symbol_versions else {},
+    )
 
 
-def _read_link_facts(stream: IO[bytes], symbol_versions: bool = False) -> LinkFacts:
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+# e_machine and e_type as pyelftools names them (the lock records these
+# strings); a value not listed here is looked up in pyelftools' own table.
+_MACHINES = {
+    0: "EM_NONE",
+    3: "EM_386",
+    8: "EM_MIPS",
+    20: "EM_PPC",
+    21: "EM_PPC64",
+    22: "EM_S390",
+    40: "EM_ARM",
+    43: "EM_SPARCV9",
+    62: "EM_X86_64",
+    183: "EM_AARCH64",
+    190: "EM_CUDA",
+    243: "EM_RISCV",
+    258: "EM_LOONGARCH",
+}
+_TYPES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
+_DT_NULL, _DT_NEEDED, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 0, 1, 14, 15, 29
+_SHT_DYNAMIC, _SHT_DYNSYM, _SHT_VERDEF, _SHT_VERNEED = 6, 11, 0x6FFFFFFD, 0x6FFFFFFE
 
+
+def _enum_name(value: int, known: Dict[int, str], table: str) -> Any:
+    """pyelftools' name of an ELF header value (its raw number when it has none)."""
+    if value in known:
+        return known[value]
+    from elftools.elf import enums  # rare machine types only: importing it costs ~0.1 s
+
+    for name, number in getattr(enums, table).items():
+        if number == value and name != "_default_":
+            return name
+    return value
+
+
+class _Elf:
+    """What one pass over an ELF file's headers and small sections yields (filled in as read)."""
+
+    def __init__(
+        self,
+        machine: Any,
+        type: Any,
+        elf_class: int,
+        file_size: int,
+        headers: List[Tuple[SectionInfo, int, int]],
+    ) -> None:
+        self.machine, self.type, self.elf_class, self.file_size = machine, type, elf_class, file_size
+        self.headers = headers
+        self.soname: Optional[str] = None
+        self.needed: List[str] = []
+        self.rpath: List[str] = []
+        self.runpath: List[str] = []
+        self.version_needs: Dict[str, Tuple[str, ...]] = {}
+        self.version_defs: List[str] = []
+        self.exported: FrozenSet[str] = frozenset()
+        self.undefined: Tuple[str, ...] = ()
+        self.undefined_versioned: Tuple[str, ...] = ()
+        self.exported_versioned: FrozenSet[str] = frozenset()
+        self.version_files: Dict[str, Tuple[str, ...]] = {}
+
+
+def _read_elf(stream: IO[bytes], symbols: bool, versions: bool = False) -> _Elf:
     stream.seek(0, 2)
     file_size = stream.tell()
-    stream.seek(0)
-    elf = ELFFile(stream)
-    headers = read_section_table(lambda offset, size: _read_at(stream, offset, size), file_size)
-    soname: Optional[str] = None
-    needed: List[str] = []
-    rpath: List[str] = []
-    runpath: List[str] = []
-    version_needs: Dict[str, Tuple[str, ...]] = {}
-    version_defs: List[str] = []
-    exported: FrozenSet[str] = frozenset()
-    undefined: Tuple[str, ...] = ()
-    versioned: Tuple[Tuple[str, ...], FrozenSet[str]] = ((), frozenset())
-    version_files: Dict[str, Tuple[str, ...]] = {}
-    for index, (info, link) in enumerate(headers):
-        # Only these sections become pyelftools objects: making one for every
-        # section also builds the GNU hash table, 70 ms on libtorch_cpu.so.
-        if info.type == "SHT_DYNAMIC":
-            dynamic = elf.get_section(index)
-            assert isinstance(dynamic, DynamicSection)
-            soname = _read_dynamic(dynamic, needed, rpath, runpath) or soname
-        elif info.type == "SHT_GNU_verneed":
-            verneed_section = elf.get_section(index)
-            assert isinstance(verneed_section, GNUVerNeedSection)
-            for verneed, auxiliaries in verneed_section.iter_versions():
-                names = tuple(aux.name for aux in auxiliaries)
-                version_needs[verneed.name] = version_needs.get(verneed.name, ()) + names
-                for name in names:
-                    version_files[name] = (*version_files.get(name, ()), verneed.name)
-        elif info.type == "SHT_GNU_verdef":
-            verdef_section = elf.get_section(index)
-            assert isinstance(verdef_section, GNUVerDefSection)
-            for _verdef, auxiliaries in verdef_section.iter_versions():
-                version_defs.extend(aux.name for aux in auxiliaries)
-        elif info.type == "SHT_DYNSYM" and 0 < link < len(headers):
-            strtab = headers[link][0]
-            table = _read_at(stream, info.offset, info.size)
-            strings = _read_at(stream, strtab.offset, strtab.size)
-            exported, undefined = _dynamic_symbols(table, strings, elf.elfclass, elf.little_endian)
-            if symbol_versions:
-                read = lambda offset, size: _read_at(stream, offset, size)  # noqa: E731
-                versioned = _versioned_symbols(read, headers, table, strings, elf.elfclass, elf.little_endian)
-    return LinkFacts(
-        machine=elf["e_machine"],
-        elf_class=elf.elfclass,
-        type=elf["e_type"],
-        soname=soname,
-        needed=tuple(needed),
-        rpath=tuple(rpath),
-        runpath=tuple(runpath),
-        version_needs=version_needs,
-        version_defs=tuple(version_defs),
-        exported=exported,
-        undefined=undefined,
-        sections=tuple(info for info, _link in headers),
+
+    def read(offset: int, size: int) -> bytes:
+        return _read_at(stream, offset, size)
+
+    headers = _section_headers(read, file_size)  # checks the magic, class and byte order
+    ident = read(0, 20)
+    order = "<" if ident[5] == 1 else ">"
+    elf_class = 64 if ident[4] == 2 else 32
+    e_type, e_machine = struct.unpack_from(order + "HH", ident, 16)
+    elf = _Elf(
+        machine=_enum_name(e_machine, _MACHINES, "ENUM_E_MACHINE"),
+        type=_enum_name(e_type, _TYPES, "ENUM_E_TYPE"),
+        elf_class=elf_class,
         file_size=file_size,
-        undefined_versioned=versioned[0],
-        exported_versioned=versioned[1],
-        version_files=version_files if symbol_versions else {},
+        headers=headers,
     )
+
+    def linked(link: int) -> bytes:
+        """The string table a section's sh_link names."""
+        if not 0 < link < len(headers):
+            raise ElfError(f"string table index {link} out of range ({len(headers)} sections)")
+        strings = headers[link][0]
+        return read(strings.offset, strings.size) if strings.type != "SHT_NOBITS" else b""
+
+    for info, link, count in headers:
+        kind = _SECTION_NUMBERS.get(info.type)
+        if kind == _SHT_DYNAMIC:
+            _dynamic(elf, read(info.offset, info.size), linked(link), order, elf_class)
+        elif kind == _SHT_VERNEED:
+            data = read(info.offset, info.size)
+            for file, names in _versions(data, linked(link), count, order, need=True):
+                elf.version_needs[file] = elf.version_needs.get(file, ()) + tuple(names)
+                for name in names:
+                    elf.version_files[name] = (*elf.version_files.get(name, ()), file)
+        elif kind == _SHT_VERDEF:
+            data = read(info.offset, info.size)
+            for _none, names in _versions(data, linked(link), count, order, need=False):
+                elf.version_defs.extend(names)
+        elif kind == _SHT_DYNSYM and symbols and 0 < link < len(headers):
+            table, strings = read(info.offset, info.size), linked(link)
+            elf.exported, elf.undefined = _dynamic_symbols(table, strings, elf_class, order == "<")
+            if versions:
+                pairs = [(section, to) for section, to, _count in headers]
+                elf.undefined_versioned, elf.exported_versioned = _versioned_symbols(
+                    read, pairs, table, strings, elf_class, order == "<"
+                )
+    return elf
+
+
+def _string(table: bytes, offset: int) -> str:
+    """A NUL-terminated name from a string table section (pyelftools' decoding: UTF-8, replaced)."""
+    if offset >= len(table):
+        raise ElfError(f"string offset {offset} past the end of a {len(table)}-byte string table")
+    end = table.find(b"\0", offset)
+    return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
+
+
+def _dynamic(elf: _Elf, data: bytes, strings: bytes, order: str, elf_class: int) -> None:
+    """SONAME, NEEDED, RPATH and RUNPATH from a dynamic section, up to its DT_NULL."""
+    layout = struct.Struct(order + ("qQ" if elf_class == 64 else "iI"))
+    usable = len(data) - len(data) % layout.size
+    for tag, value in layout.iter_unpack(data[:usable]):
+        if tag == _DT_NULL:
+            break
+        if tag == _DT_NEEDED:
+            elf.needed.append(_string(strings, value))
+        elif tag == _DT_SONAME:
+            elf.soname = _string(strings, value) or elf.soname
+        elif tag == _DT_RPATH:
+            elf.rpath.extend(p for p in _string(strings, value).split(":") if p)
+        elif tag == _DT_RUNPATH:
+            elf.runpath.extend(p for p in _string(strings, value).split(":") if p)
+
+
+# Elf_Verneed (vn_version, vn_cnt, vn_file, vn_aux, vn_next) and Elf_Verdef
+# (vd_version, vd_flags, vd_ndx, vd_cnt, vd_hash, vd_aux, vd_next): the same
+# size in both ELF classes; then their auxiliaries' (name, next) fields.
+_VERNEED, _VERDEF = "HHIII", "HHHHIII"
+_VERNAUX, _VERDAUX = "8xII", "II"
+
+
+def _versions(data: bytes, strings: bytes, count: int, order: str, need: bool) -> List[Tuple[str, List[str]]]:
+    """(file, names) per entry of a verneed section, or ("", names) of a verdef; ``count`` is sh_info.
+
+    Entries and their auxiliaries are chained by byte offsets, as ld.so and
+    pyelftools follow them; an entry without auxiliaries is malformed.
+    """
+    entry_layout = struct.Struct(order + (_VERNEED if need else _VERDEF))
+    aux_layout = struct.Struct(order + (_VERNAUX if need else _VERDAUX))
+    result = []
+    at = 0
+    for _ in range(count):
+        fields = entry_layout.unpack_from(data, at)
+        if need:
+            _version, aux_count, file_at, aux_at, next_at = fields
+            file = _string(strings, file_at)
+        else:
+            _version, _flags, _index, aux_count, _hash, aux_at, next_at = fields
+            file = ""
+        if aux_count <= 0:
+            raise ElfError("a version entry without auxiliary entries")
+        names = []
+        aux = at + aux_at
+        for _ in range(aux_count):
+            name_at, aux_next = aux_layout.unpack_from(data, aux)
+            names.append(_string(strings, name_at))
+            aux += aux_next
+        result.append((file, names))
+        at += next_at
+    return result
 
 
 _SECTION_TYPES = {
@@ -292,6 +378,7 @@ _SECTION_TYPES = {
     0x6FFFFFFE: "SHT_GNU_verneed",
     0x6FFFFFFF: "SHT_GNU_versym",
 }
+_SECTION_NUMBERS = {name: number for number, name in _SECTION_TYPES.items()}
 
 
 def read_section_table(read: Callable[[int, int], bytes], file_size: int) -> List[Tuple[SectionInfo, int]]:
@@ -299,9 +386,18 @@ def read_section_table(read: Callable[[int, int], bytes], file_size: int) -> Lis
 
     ``read(offset, size)`` returns exactly ``size`` bytes of the file or
     raises ElfError: a stream for a shared library, a bytes object for a
+    cubin opened from a fatbin.
+    """
+    return [(info, link) for info, link, _count in _section_headers(read, file_size)]
+
+
+def _section_headers(read: Callable[[int, int], bytes], file_size: int) -> List[Tuple[SectionInfo, int, int]]:
+    """(section, sh_link, sh_info) for every section header of an ELF file.
+
+    ``read(offset, size)`` returns exactly ``size`` bytes of the file or
+    raises ElfError: a stream for a shared library, a bytes object for a
     cubin opened from a fatbin. The one place that parses the section header
-    table (a fixed gABI layout, 32 or 64-bit, either byte order); doing it
-    here also keeps pyelftools from building an object per section.
+    table (a fixed gABI layout, 32 or 64-bit, either byte order).
     """
     ident = read(0, 16)
     if ident[:4] != ELF_MAGIC or ident[4] not in (1, 2) or ident[5] not in (1, 2):
@@ -329,13 +425,13 @@ def read_section_table(read: Callable[[int, int], bytes], file_size: int) -> Lis
         raise ElfError(f"section name table index {names_index} out of range ({count} sections)")
     names = read(raw[names_index][4], raw[names_index][5]) if names_index else b""
     result = []
-    for index, (name_at, kind, _f, _a, offset, size, link, _i, _al, _es) in enumerate(raw):
+    for index, (name_at, kind, _f, _a, offset, size, link, info, _al, _es) in enumerate(raw):
         end = names.find(b"\0", name_at)
         name = names[name_at : end if end >= 0 else len(names)].decode("utf-8", "replace")
         type_name = _SECTION_TYPES.get(kind, hex(kind))
         if kind not in (0, 8) and offset + size > file_size:
             raise ElfError(f"section {name or '#' + str(index)} runs past the end of the file")
-        result.append((SectionInfo(name, type_name, offset, size), link))
+        result.append((SectionInfo(name, type_name, offset, size), link, info))
     return result
 
 

@@ -14,10 +14,19 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
-import subprocess
-from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from envlock.binary.cuda import LOAD_OK, WONT_LOAD, DriverVersion, runtime_driver_problem
 from envlock.binary.driver import driver_library
@@ -29,20 +38,18 @@ _CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
 DRIVER = "driver"  # where a driver library resolves when this host has no driver
 
 
-@dataclass(frozen=True)
-class LoadReport:
+class LoadReport(NamedTuple):
     """What ld.so would say, plus the driver the CUDA runtime it loads needs."""
 
     verdict: str
     reason: str
-    resolved: Dict[str, str] = field(default_factory=dict)
+    resolved: Dict[str, str] = {}  # noqa: RUF012 (never mutated: a NamedTuple's default)
     missing_symbols: Tuple[str, ...] = ()
     cuda_runtime: Optional[int] = None
     missing_library: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class _Closure:
+class _Closure(NamedTuple):
     order: Tuple[str, ...]
     resolved: Dict[str, Dict[str, str]]
     missing: Tuple[Tuple[str, str], ...]
@@ -411,9 +418,14 @@ def _highest(versions: Iterable[str]) -> Optional[str]:
 def demangle(symbols: Sequence[str]) -> Dict[str, str]:
     """C++ names for mangled symbols through ``c++filt`` when it is on PATH; else as given."""
     names = {s: s for s in symbols}
-    tool = shutil.which("c++filt")
     mangled = [s for s in symbols if s.startswith("_Z")]
-    if not tool or not mangled:
+    if not mangled:
+        return names
+    import shutil  # only now: subprocess is not every inspect's start-up to pay
+    import subprocess
+
+    tool = shutil.which("c++filt")
+    if not tool:
         return names
     try:
         done = subprocess.run(

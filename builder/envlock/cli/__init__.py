@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -36,11 +37,32 @@ class UsageError(EnvlockError):
         self.usage = usage
 
 
+def _terminal_width() -> int:
+    """What ``shutil.get_terminal_size`` answers (COLUMNS, the terminal, else 80), without shutil.
+
+    argparse imports shutil (and with it bz2 and lzma) for this number on
+    every ``add_argument``; every command's start-up paid for it.
+    """
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return (columns or 80) - 2
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is raised, so ``main`` can answer it in JSON too."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)", usage=self.format_usage())
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        return self.formatter_class(prog=self.prog, width=_terminal_width())  # type: ignore[call-arg]
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
@@ -105,7 +127,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"envlock {__version__}")
     _global_options(parser, formats, defaults=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _global_options(common, formats, defaults=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if module is None:

@@ -13,6 +13,8 @@ from envlock.render import envelope, plural, table
 from envlock.reporter import Reporter
 
 if TYPE_CHECKING:
+    from envlock.hosts import HostProfile
+    from envlock.lock.model import Lock
     from envlock.resolve import LockResult
 from envlock.workspace import lock_name, open_workspace
 
@@ -35,18 +37,24 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _probe(profile: HostProfile, reference: Lock) -> dict[str, Any]:
+    # hostpython brings the transports and the agent protocol: only a host without [target] needs them
     from envlock.hostpython import probe_target
+
+    return probe_target(profile, reference)
+
+
+def run(args: argparse.Namespace) -> int:
     from envlock.resolve import lock_host  # imported late: `envlock --help` stays fast
 
     workspace = open_workspace(args.root)
     if wants_fleet(args):
 
         def one(host: str, reporter: Reporter) -> HostReport[dict[str, Any]]:
-            return host_report(lock_host(workspace, host, check=args.check, probe=probe_target), args.check)
+            return host_report(lock_host(workspace, host, check=args.check, probe=_probe), args.check)
 
         return run_fleet_command(args, "lock", workspace, one)
-    result = lock_host(workspace, args.hosts[0], check=args.check, probe=probe_target)
+    result = lock_host(workspace, args.hosts[0], check=args.check, probe=_probe)
     if args.format == "json":
         print(envelope("lock", not (args.check and result.stale), {"result": result_json(result)}))
     else:
@@ -94,8 +102,8 @@ def result_json(result: LockResult) -> dict[str, Any]:
             {
                 "name": p.name,
                 "version": p.version,
-                "wheel": p.wheel.filename,
-                "sha256": p.wheel.sha256,
+                "wheel": p.wheel,
+                "sha256": p.sha256,
                 "source": p.source,
                 "kept": p.name not in result.deviations,
                 "reason": result.deviations.get(p.name),
@@ -145,7 +153,7 @@ def render_text(result: LockResult, check: bool) -> str:
     lines = [f"target: {describe(result.env)}"]
     changed = [p for p in lock.packages if p.name in result.deviations]
     if changed:
-        rows = [[p.name, p.version, p.wheel.filename] for p in changed]
+        rows = [[p.name, p.version, p.wheel] for p in changed]
         lines += ["", table(["package", "version", "wheel"], rows), ""]
         for p in changed:
             why = textwrap.fill(

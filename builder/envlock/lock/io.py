@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import tomli_w
 from packaging.pylock import Pylock, PylockValidationError
 
 from envlock.agent.pathguard import PathError, check_absolute_dir, check_relative, check_script_key
@@ -237,6 +236,8 @@ def render_lock(lock: Lock) -> bytes:
         "# Written by envlock; edit the host profile, not this file.\n"
         "# Review with `envlock review`, rebuild with `envlock apply`.\n"
     )
+    import tomli_w  # writing only: reading a lock is most commands' work, writing one is not
+
     return (header + _literal_symbols(tomli_w.dumps(document))).encode("utf-8")
 
 

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envlock.changes import LockDiff, diff_locks
 from envlock.errors import EnvlockError, ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
-from envlock.lock.io import read_lock
-from envlock.lock.model import Lock
-from envlock.resolve.memo import LockMemo
+from envlock.resolve.memo import LockMemo, LockSummary
 from envlock.resolve.target import TargetEnv, target_env
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.changes import LockDiff
+    from envlock.lock.model import Lock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LockResult:
-    lock: Lock
+    lock: LockSummary  # what the command reports of the lock (a warm run does not read it)
     env: TargetEnv
     deviations: dict[str, str]  # package -> why its artifact differs from the reference's
     changed: bool
@@ -56,14 +57,20 @@ def lock_host(
             loaded.append(workspace.read_lock(ref_host))
         return loaded[0]
 
-    env = target_env(profile, reference_lock, (lambda: probe(profile, reference_lock())) if probe else None)
+    memo = LockMemo(workspace, profile)
+
+    def reference_libc() -> str:
+        known = memo.reference_libc()
+        return known if known is not None else reference_lock().platform.libc_version
+
+    env = target_env(profile, reference_libc, (lambda: probe(profile, reference_lock())) if probe else None)
     _check_driver(profile, env)
-    memo = LockMemo(workspace, profile, env)
-    known = memo.lookup()
+    known = memo.lookup(env)
     if known is not None:
-        path = workspace.lock_path(host)
-        lock = read_lock(path, shown=workspace.shown(path))
-        return LockResult(lock=lock, env=env, deviations=known, changed=False, stale=False, written=False)
+        deviations, summary = known
+        return LockResult(
+            lock=summary, env=env, deviations=deviations, changed=False, stale=False, written=False
+        )
     # The slow path: imported here so the unchanged case stays near start-up cost.
     from envlock.index import IndexClient
     from envlock.resolve.assemble import build_target_lock
@@ -95,7 +102,7 @@ def lock_host(
         same = workspace.lock_is_current(host, lock, manifest)
         staleness, unreadable = (None, None) if same else _against_disk(workspace, host, lock)
         return LockResult(
-            lock=lock,
+            lock=LockSummary.of(lock),
             env=env,
             deviations=deviations,
             changed=not same,
@@ -109,14 +116,22 @@ def lock_host(
     from envlock.storepush import push_lock_objects
 
     push_lock_objects(workspace, store, lock)
-    memo.remember(deviations, asked_an_index=finder.asked_an_index)
+    memo.remember(env, reference, lock, deviations, asked_an_index=finder.asked_an_index)
     return LockResult(
-        lock=lock, env=env, deviations=deviations, changed=written, stale=False, written=written
+        lock=LockSummary.of(lock),
+        env=env,
+        deviations=deviations,
+        changed=written,
+        stale=False,
+        written=written,
     )
 
 
 def _against_disk(workspace: Workspace, host: str, fresh: Lock) -> tuple[LockDiff | None, str | None]:
     """What a rewrite would change: the lock on disk diffed against the fresh one."""
+    from envlock.changes import diff_locks  # --check of a stale lock only
+    from envlock.lock.io import read_lock
+
     path = workspace.lock_path(host)
     shown = workspace.shown(path)
     if not path.is_file():
@@ -160,10 +175,10 @@ def _check_abi(profile: HostProfile, reference: Lock, lock: Lock) -> None:
 
 def _check_driver(profile: HostProfile, env: TargetEnv) -> None:
     """A GPU needs at least the driver of the first CUDA release that knows it."""
-    from envlock.binary.cuda import Gpu, gpu_driver, parse_driver
-
     if env.driver is None:
         return
+    from envlock.binary.cuda import Gpu, gpu_driver, parse_driver
+
     for cc in env.gpu_cc:
         gpu = Gpu.parse(cc)
         needed = gpu_driver(gpu)

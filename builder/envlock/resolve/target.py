@@ -10,14 +10,13 @@ from __future__ import annotations
 import platform as _platform
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from packaging import tags as _tags
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import EnvlockError
 from envlock.hosts import HostProfile
-from envlock.lock.model import Lock
-from envlock.tags import interpreter_tags, platform_tags
+
+if TYPE_CHECKING:
+    from packaging import tags as _tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +45,13 @@ class TargetEnv:
         return {"machine": self.machine, "libc": self.libc, "libc_version": self.libc_version}
 
     def tags(self) -> list[_tags.Tag]:
+        from envlock.tags import interpreter_tags  # packaging.tags: resolving only, not a warm lock
+
         return interpreter_tags(self.interpreter, self.platform)
 
     def platform_tags(self) -> list[str]:
+        from envlock.tags import platform_tags
+
         return platform_tags(self.machine, self.libc, self.libc_version)
 
     def markers(self) -> dict[str, str]:
@@ -70,9 +73,12 @@ class TargetEnv:
         }
 
 
-def target_env(profile: HostProfile, reference: Callable[[], Lock], probe: Any | None = None) -> TargetEnv:
+def target_env(
+    profile: HostProfile, reference_libc: Callable[[], str], probe: Any | None = None
+) -> TargetEnv:
     """``probe``: a callable returning the agent's interpreter and platform facts, used when
-    the profile has no ``[target]`` table."""
+    the profile has no ``[target]`` table; ``reference_libc``: the reference lock's glibc
+    version, asked only when ``[target]`` names none."""
     gpu_cc = profile.gpu.cc if profile.gpu else ()
     driver = profile.gpu.driver if profile.gpu else None
     if profile.target is not None:
@@ -82,7 +88,7 @@ def target_env(profile: HostProfile, reference: Callable[[], Lock], probe: Any |
             implementation=facts.implementation,
             machine=facts.machine,
             libc="glibc",
-            libc_version=facts.glibc or reference().platform.libc_version,
+            libc_version=facts.glibc or reference_libc(),
             gpu_cc=gpu_cc,
             driver=driver,
         )
