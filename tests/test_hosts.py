@@ -45,6 +45,14 @@ def test_full_profile_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "seconds"), [("0", 0), ('"0s"', 0), ("90", 90), ('"5m"', 300), ('"1h"', 3600)]
+)
+def test_ssh_persist_takes_seconds_or_a_duration(tmp_path: Path, value: str, seconds: int) -> None:
+    profile = load_profile(_ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_persist = {value}\n'), "h")
+    assert profile.ssh_persist == seconds
+
+
+@pytest.mark.parametrize(
     ("text", "needle"),
     [
         ("", "venv: missing"),
@@ -69,6 +77,10 @@ def test_full_profile_loads(tmp_path: Path) -> None:
         ),
         ('venv = "/v"\n[smoke]\nexclud = ["x"]', "smoke.exclud: unknown field (known: checks, exclude)"),
         ('venv = "/v"\ngpu = "12.0"', "gpu: expected a table"),
+        ('venv = "/v"\nssh_persist = "forever"', 'ssh_persist: expected seconds like 60 or "60s"'),
+        ('venv = "/v"\nssh_persist = -1', "ssh_persist: expected seconds"),
+        ('venv = "/v"\nssh_persist = "25h"', "at most 24h"),
+        ('venv = "/v"\nssh_persist = true', "ssh_persist: expected seconds"),
         ("venv = ", "not valid TOML"),
     ],
 )
