@@ -20,9 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-from packaging.utils import canonicalize_name
+from typing import TYPE_CHECKING, Any
 
 from envlock.agent.protocol import (
     AppliedAnswer,
@@ -33,26 +31,35 @@ from envlock.agent.protocol import (
     PlanSource,
     PlanWheel,
     RollbackAnswer,
+    RunningPython,
 )
 from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
-from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
-from envlock.drift import VerifyResult
-from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
-from envlock.fetch import Fetched, blob, fetch_all, hash_file
+from envlock.errors import (
+    AgentProtocolError,
+    AgentReportedError,
+    EnvlockError,
+    ExitCode,
+    LockError,
+    TransportError,
+)
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
-from envlock.lock.compare import version_kind
-from envlock.lock.digest import check_lock_digest
-from envlock.lock.io import read_lock
-from envlock.lock.model import FileEntry, Lock
-from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
+from envlock.lock.head import LockHead
+from envlock.pyvenv import interpreter_paths
 from envlock.reporter import Reporter
-from envlock.smokereport import SmokeResult, build_result, host_has_gpu
-from envlock.store import Store
-from envlock.transfer import Item, push
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
 from envlock.workspace import Workspace
+
+# What only a real apply needs (fetch, push, drift, the smoke report) is imported
+# where it is used: a no-op apply starts, asks the host, and ends without them.
+if TYPE_CHECKING:
+    from envlock.drift import VerifyResult
+    from envlock.fetch import Fetched
+    from envlock.lock.model import FileEntry, Lock
+    from envlock.smokereport import SmokeResult
+    from envlock.store import Store
+    from envlock.transfer import Item
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
 
@@ -106,11 +113,15 @@ def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]
 
 def check_digest(lock: Lock, shown: str) -> None:
     """The lock digest must cover what it says (packages, scripts, source trees, pyvenv); cheap."""
+    from envlock.lock.digest import check_lock_digest
+
     check_lock_digest(lock, shown)
 
 
 def plan_changes(lock: Lock, live: list[tuple[str, str]] | None) -> tuple[Change, ...]:
     from packaging.utils import canonicalize_name
+
+    from envlock.lock.compare import version_kind
 
     # The live venv reports dist-info names as written (PyYAML, typing_extensions).
     before: dict[str, str] = {canonicalize_name(name): version for name, version in live or []}
@@ -126,21 +137,21 @@ def plan_changes(lock: Lock, live: list[tuple[str, str]] | None) -> tuple[Change
     return tuple(changes)
 
 
-def base_python(profile: HostProfile, lock: Lock) -> str | None:
+def base_python(profile: HostProfile, lock: LockHead) -> str | None:
     """The interpreter the profile or the lock names, without asking the host (None: neither)."""
     if profile.python:
         return profile.python
-    paths = interpreter_paths(lock.pyvenv, lock.interpreter.version)
+    paths = interpreter_paths(lock.pyvenv, lock.python)
     return paths[0] if paths else None
 
 
-def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: str) -> HostPython:
+def lock_python(transport: Transport, profile: HostProfile, lock: LockHead, shown: str) -> HostPython:
     """The base interpreter that builds the lock's venv on the host (docs/design.md).
 
     It must be the lock's Python to the patch level, and where the lock names
     its home, that home: pyvenv.cfg and the bin/python links point there.
     """
-    version = lock.interpreter.version
+    version = lock.python
     minor = ".".join(version.split(".")[:2])
     found = find_base_python(
         transport, profile, want=minor, hints=interpreter_paths(lock.pyvenv, version), venv_decides=False
@@ -151,13 +162,64 @@ def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: s
             f"{shown}: made for Python {version}, but host {profile.name} has {found.version} "
             f"at {found.path} ({found.how}); {fix}"
         )
-    home = lock.pyvenv.get("home")
-    if home and profile.python is None and os.path.dirname(found.path) != home.rstrip("/"):
+    if not _right_home(profile, lock, found.path):
         raise LockError(
-            f"{shown}: its interpreter home {home} is not on host {profile.name} "
+            f"{shown}: its interpreter home {lock.pyvenv.get('home')} is not on host {profile.name} "
             f"(found {found.path}, {found.how}); {fix}"
         )
     return found
+
+
+def _right_home(profile: HostProfile, lock: LockHead, path: str) -> bool:
+    """Where the lock names its interpreter's home (and the profile no interpreter), it is there."""
+    home = lock.pyvenv.get("home")
+    return not (home and profile.python is None and os.path.dirname(path) != home.rstrip("/"))
+
+
+def ask_host(
+    transport: Transport, profile: HostProfile, lock: LockHead, shown: str
+) -> tuple[str, AppliedAnswer]:
+    """The lock's base interpreter on the host and the host's ``applied`` answer (no-op or not).
+
+    The interpreter that the profile or the lock names is asked first: when
+    its own answer shows it is the one ``lock_python`` would pick (the first
+    hint at the lock's exact version, in the lock's home), the search is not
+    run at all. That saves one interpreter start, and over SSH one session,
+    on every apply. Otherwise the search runs (its errors say what it tried)
+    and its interpreter is asked.
+    """
+    args = ["applied", "--venv", profile.venv, "--digest", lock.digest]
+    hint = base_python(profile, lock)
+    if hint is not None:
+        state = _applied_at(transport, profile, args, hint)
+        if state is not None and _vouched(state.get("python"), profile, lock):
+            return state["python"]["executable"], state
+    python = lock_python(transport, profile, lock, shown).path
+    # The first answer of the host's agent: a stale one is refused before anything is sent.
+    state = agent_answer(transport, run_agent(transport, profile.venv, args, python=python), "applied")
+    return python, state
+
+
+def _applied_at(
+    transport: Transport, profile: HostProfile, args: list[str], python: str
+) -> AppliedAnswer | None:
+    """The agent's ``applied`` answer in ``python``; None when nothing runs there (the search says why)."""
+    try:
+        raw = run_agent(transport, profile.venv, args, python=python)
+    except (TransportError, AgentProtocolError):
+        raise  # the host or its agent bundle, not the interpreter: searching would not help
+    except EnvlockError:
+        return None
+    answer: AppliedAnswer = agent_answer(transport, raw, "applied")
+    return answer
+
+
+def _vouched(seen: RunningPython | None, profile: HostProfile, lock: LockHead) -> bool:
+    """Is the interpreter that answered the one ``lock_python`` accepts: the lock's exact
+    version and, where the lock names a home, in it?"""
+    if not isinstance(seen, dict) or not seen.get("executable") or seen.get("version") != lock.python:
+        return False
+    return _right_home(profile, lock, seen["executable"])
 
 
 def _uv_binary() -> Path:
@@ -182,6 +244,12 @@ def build_plan(
     python: str,
     force: bool = False,
 ) -> tuple[ApplyPlan, list[Item]]:
+    from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
+    from envlock.fetch import blob
+    from envlock.pyvenv import render_pyvenv, with_home
+    from envlock.smokereport import host_has_gpu
+    from envlock.transfer import Item
+
     items = [uv_item]
     wheels: list[PlanWheel] = []
     for f in fetched:
@@ -258,27 +326,20 @@ def apply(
     if refused is not None:
         raise EnvlockError(f"{profile.path}: {refused}")
     # The lock's own digest must match what it says before it is trusted even
-    # for the no-op check; the manifest and every tree digest are checked
-    # (checked_lock) before anything is changed.
-    lock = workspace.read_lock(host)
+    # for the no-op check (read_lock_head: parsed and checked, or the same bytes
+    # were); the manifest and every tree digest are checked (checked_lock)
+    # before anything is changed.
+    head = workspace.read_lock_head(host)
     shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
-        python = lock_python(transport, profile, lock, shown).path
-        # The first answer of the host's agent: a stale one is refused before anything is sent.
-        state: AppliedAnswer = agent_answer(
-            transport,
-            run_agent(
-                transport,
-                profile.venv,
-                ["applied", "--venv", profile.venv, "--digest", lock.digest],
-                python=python,
-            ),
-            "applied",
-        )
-        changes = plan_changes(lock, state["dists"])
+        python, state = ask_host(transport, profile, head, shown)
         bytecode = tuple((str(p), str(why)) for p, why in state.get("bytecode") or [])
         if state["matches"]:
             return ApplyResult(host=host, venv=profile.venv, noop=True, dry_run=options.dry_run, changes=())
+        lock = workspace.read_lock(host)
+        if lock.digest != head.digest:
+            raise LockError(f"{shown}: changed while envlock apply read it; run it again")
+        changes = plan_changes(lock, state["dists"])
         known = _built_from(lock, state)
         refusal = state.get("refused")
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
@@ -308,6 +369,8 @@ def _built_from(lock: Lock, state: AppliedAnswer) -> bool:
     distributions (a venv captured into it)?"""
     if state.get("stamp_digest") == lock.digest:
         return True
+    from packaging.utils import canonicalize_name
+
     live = {(canonicalize_name(n), v) for n, v in state.get("dists") or []}
     return bool(live) and live == {(canonicalize_name(p.name), p.version) for p in lock.packages}
 
@@ -344,6 +407,10 @@ def _apply(
     reporter: Reporter,
     force: bool,
 ) -> ApplyResult:
+    from envlock.fetch import fetch_all, hash_file
+    from envlock.store import Store
+    from envlock.transfer import Item, push
+
     store = Store(workspace.store_dir)
     reporter.step(f"fetch {len(lock.packages)} artifacts (sha256 checked)")
 
@@ -375,6 +442,8 @@ def _apply(
     )  # fmt: skip
     if report.get("failed") == "smoke":
         # Explained exactly as `envlock smoke` explains it, against the lock being applied.
+        from envlock.smokereport import build_result, host_has_gpu
+
         lock_shown = workspace.shown(workspace.lock_path(profile.name))
         smoked = build_result(profile, lock, lock_shown, host_has_gpu(profile, lock), report["smoke_report"])
         return replace(result, smoke_failure=smoked, kept_staging=report.get("kept"))
@@ -468,7 +537,10 @@ def rollback(workspace: Workspace, host: str, *, again: bool = False) -> Rollbac
     lock_path = workspace.lock_path(host)
     python = profile.python
     if python is None and lock_path.is_file():
-        python = base_python(profile, read_lock(lock_path))
+        from envlock.lock.head import head_of
+        from envlock.lock.io import read_lock
+
+        python = base_python(profile, head_of(read_lock(lock_path)))
     with open_transport(profile) as transport:
         report: RollbackAnswer = json.loads(
             run_agent(

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from envlock.errors import ProfileError
 from envlock.workspace import Workspace
 
@@ -262,6 +260,9 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
     policy = LockPolicy()
     lock_table = check.table(data, "lock")
     if lock_table is not None:
+        # packaging's parser costs more to import than the rest of a profile's checks.
+        from packaging.requirements import InvalidRequirement, Requirement
+
         check.unknown_keys(lock_table, _LOCK_KEYS, "lock.")
         pins = check.strings(lock_table, "pins", "lock.")
         overrides = check.strings(lock_table, "overrides", "lock.")

@@ -244,12 +244,22 @@ class ApplyPlan(_ApplyPlanRequired, total=False):
 # ------------------------------------------------------------------ apply: the answers
 
 
+class RunningPython(TypedDict):
+    """The interpreter an agent command ran in: ``sys.executable`` and its version."""
+
+    executable: str
+    version: str  # "3.12.1"
+
+
 class _AppliedRequired(TypedDict):
     protocol: int
     refused: Optional[str]
     exists: bool
     matches: bool
     dists: Optional[List[NameVersion]]
+    # The interpreter that answered, so that the controller can vouch for it as the
+    # lock's base interpreter without a search of its own first.
+    python: RunningPython
 
 
 class AppliedAnswer(_AppliedRequired, total=False):

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.cli.commands import summary
 from envlock.cli.progress import ProgressBar
-from envlock.cli.smoke_render import render_text as smoke_text
-from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
 from envlock.render import envelope, human_size, plural, table
 from envlock.reporter import Reporter
@@ -124,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def result_json(result: ApplyResult) -> dict[str, Any]:
+    from envlock.cli.smoke_render import result_json as smoke_json  # a smoke failure only: no-op stays lean
+
     return {
         "host": result.host,
         "venv": result.venv,
@@ -202,6 +202,8 @@ def render_text(result: ApplyResult) -> str:
         lines.append("dry run: nothing was changed")
         return "\n".join(lines)
     if result.smoke_failure is not None:
+        from envlock.cli.smoke_render import render_text as smoke_text
+
         lines += [
             "",
             smoke_text(result.smoke_failure, result.smoke_failure.seconds),
