@@ -324,7 +324,9 @@ class _ApplyAnswerRequired(TypedDict):
 class ApplyAnswer(_ApplyAnswerRequired, total=False):
     """``apply``'s answer, in one of three shapes.
 
-    Swapped in: timings ... seconds. An interrupted apply of this very lock
+    Swapped in: timings ... seconds, and how the wheels' files were put in place
+    (``link_mode``: "clone", copy-on-write reflinks, or "copy"; ``link_note``:
+    why not clone). An interrupted apply of this very lock
     found already past its swap: previous, recovered, finished. Imports
     failed, nothing swapped: failed ("smoke"), kept, smoke_report.
     """
@@ -333,6 +335,8 @@ class ApplyAnswer(_ApplyAnswerRequired, total=False):
     previous: Optional[str]
     recovered: Optional[str]
     installed: int
+    link_mode: str
+    link_note: Optional[str]
     bin_files: int
     sources: List[RestoredSource]
     verified_files: int
