@@ -84,8 +84,11 @@ def main(work: Path, repeat: int) -> dict[str, object]:
     rig = SshRig.start(rig_dir, ("bench-host",))
     try:
         results: dict[str, object] = {"machine": _machine()}
-        _ssh_and_noop(base, venv, index_url, rig, repeat, results)
-        _fresh_apply(base, repeat, results)
+        # Disk: one 5.6 GB venv of envlock's and one anchor's at a time, the XFS image after them.
+        _workspace(base / "ws", _profiles(base, venv, index_url, rig))
+        _fresh_apply(base, repeat, results)  # leaves the last applied venv for the no-op rows
+        _ssh_and_noop(base, repeat, results)
+        _fresh(base / "fresh")
         _reflink(base, repeat, results)
     finally:
         rig.stop()
@@ -98,25 +101,25 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average at start {load[0]:.1f} (shared with other engineers' work)"
 
 
-def _ssh_and_noop(
-    base: Path, venv: Path, index_url: str, rig: SshRig, repeat: int, results: dict[str, object]
-) -> None:
+def _profiles(base: Path, venv: Path, index_url: str, rig: SshRig) -> dict[str, str]:
+    """The GPU venv, locally and over SSH; ``fresh``, the applied venv, reached both ways at one path
+    (the rig's sshd sees this machine's files outside its own host directory)."""
     index = f'[index]\nurls = ["{index_url}"]\n'
+    fresh = base / "fresh"
+    return {
+        "gpu": f'venv = "{venv}"\n{index}',
+        "gpu-ssh": rig.profile("bench-host", str(venv), index),
+        "fresh": f'venv = "{fresh}"\n',
+        "fresh-ssh": rig.profile("bench-host", str(fresh)),
+    }
+
+
+def _ssh_and_noop(base: Path, repeat: int, results: dict[str, object]) -> None:
     root = base / "ws"
-    target = base / "target"  # the applied GPU venv: reached locally and over SSH at the same path
-    _workspace(
-        root,
-        {
-            "gpu": f'venv = "{venv}"\n{index}',
-            "gpu-ssh": rig.profile("bench-host", str(venv), index),
-            "target": f'venv = "{target}"\n',
-            "target-ssh": rig.profile("bench-host", str(target)),
-        },
-    )
+    target = base / "fresh"
     capture = [ENVLOCK, "capture", "gpu", "--root", str(root)]
     capture_ssh = [ENVLOCK, "capture", "gpu-ssh", "--root", str(root)]
-    run(capture)
-    run(capture_ssh)  # ships the agent to the host's own cache
+    run(capture_ssh)  # ships the agent to the host's own cache, fills its stat cache
     once = dict(os.environ, ENVLOCK_SSH_PERSIST="0")
     results["capture_warm"] = alternate(
         {
@@ -126,19 +129,15 @@ def _ssh_and_noop(
         },
         repeat + 2,
     )
-    _copy_lock(root, "gpu", "target")
-    _copy_lock(root, "gpu", "target-ssh")
-    if not Path(f"{target}.envlock/applied.json").exists():
-        _fresh(target)
-        run([ENVLOCK, "apply", "target", "--root", str(root)])
-        # Real use writes this interpreter's bytecode (the staged smoke writes none).
-        subprocess.run(
-            [str(target / "bin/python"), "-m", "compileall", "-q", "-j", "2", str(target / "lib")],
-            stdout=subprocess.DEVNULL,
-            check=False,
-        )
-    noop = [ENVLOCK, "apply", "target", "--root", str(root)]
-    noop_ssh = [ENVLOCK, "apply", "target-ssh", "--root", str(root)]
+    _copy_lock(root, "gpu", "fresh-ssh")
+    # Real use writes this interpreter's bytecode (the staged smoke writes none).
+    subprocess.run(
+        [str(target / "bin/python"), "-m", "compileall", "-q", "-j", "2", str(target / "lib")],
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    noop = [ENVLOCK, "apply", "fresh", "--root", str(root)]
+    noop_ssh = [ENVLOCK, "apply", "fresh-ssh", "--root", str(root)]
     run(noop)
     run(noop_ssh)
     results["noop"] = alternate(
@@ -175,7 +174,7 @@ def _uv_install(target: Path, requirements: Path, cache: Path | None, *flags: st
 
 def _fresh_apply(base: Path, repeat: int, results: dict[str, object]) -> None:
     root = base / "ws"
-    _workspace(root, {"fresh": f'venv = "{base / "fresh"}"\n'})
+    run([ENVLOCK, "capture", "gpu", "--root", str(root)])
     _copy_lock(root, "gpu", "fresh")
     fresh = base / "fresh"
 
@@ -206,10 +205,9 @@ def _fresh_apply(base: Path, repeat: int, results: dict[str, object]) -> None:
         pip = [sys.executable, "-m", "pip", "--python", str(pip_target / "bin/python"), "install", "-q"]
         run([*pip, "--no-deps", "--require-hashes", "--no-cache-dir", "-r", str(requirements)])
 
+    shutil.rmtree(uv_target, ignore_errors=True)
     results["pip"] = alternate({"pip": pip_install, "apply": apply_fresh}, 1)
-    for path in (pip_target, uv_target):
-        shutil.rmtree(path, ignore_errors=True)
-    _fresh(fresh)
+    shutil.rmtree(pip_target, ignore_errors=True)
 
 
 def _reflink(base: Path, repeat: int, results: dict[str, object]) -> None:
@@ -218,7 +216,7 @@ def _reflink(base: Path, repeat: int, results: dict[str, object]) -> None:
     image, mount = base / "xfs.img", base / "xfs"
     mount.mkdir(exist_ok=True)
     with open(image, "wb") as out:
-        out.truncate(24 << 30)
+        out.truncate(20 << 30)
     run(["/usr/sbin/mkfs.xfs", "-q", "-f", "-m", "reflink=1", str(image)])
     run(["mount", "-o", "loop", str(image), str(mount)])
     try:
@@ -250,7 +248,7 @@ def _reflink_measure(base: Path, mount: Path, repeat: int, results: dict[str, ob
 
     apply_fresh()  # unpacks the wheels into uv's cache on XFS; unmeasured
     requirements = _requirements(root, "xfs", mount / "requirements.txt", home / ".cache/envlock/artifacts")
-    cache = home / ".cache" / "uv-anchor"
+    cache = home / ".cache" / "envlock" / "uv"  # the cache apply filled (same unpacked wheels)
     uv_target = mount / "uv"
     _uv_install(uv_target, requirements, cache)  # warm
     files = payload_files(uv_target)
