@@ -203,3 +203,19 @@ def test_proxy_command_in_a_profile_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()  # ssh would have run it while connecting
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "hosts/h.toml: ssh_args[0]" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "90d", "25h"])
+def test_a_bad_ssh_persist_in_the_environment_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from envlock.errors import EnvlockError
+    from envlock.transport.sshcontrol import persist_seconds
+
+    profile = load_profile(_ws(tmp_path, "h", 'venv = "/v"\nssh = "h"\nssh_persist = 30\n'), "h")
+    assert persist_seconds(profile) == 30
+    monkeypatch.setenv("ENVLOCK_SSH_PERSIST", "2m")
+    assert persist_seconds(profile) == 120  # the environment wins over the profile
+    monkeypatch.setenv("ENVLOCK_SSH_PERSIST", value)
+    with pytest.raises(EnvlockError, match=rf"^ENVLOCK_SSH_PERSIST='{re.escape(value)}': expected seconds"):
+        persist_seconds(profile)
