@@ -156,7 +156,12 @@ def _ssh_and_noop(base: Path, repeat: int, results: dict[str, object]) -> None:
 
 def _requirements(root: Path, host: str, out: Path, artifacts: Path) -> Path:
     lock_text = (root / "locks" / f"pylock.{host}.toml").read_text()
-    wheels = [w for w in sorted(artifacts.glob("*/*.whl")) if f'"{w.name}"' in lock_text]
+    # By name and sha256: a shared drop may hold another build under the same file name.
+    wheels = [
+        w
+        for w in sorted(artifacts.glob("*/*.whl"))
+        if f'"{w.name}"' in lock_text and w.parent.name in lock_text
+    ]
     out.write_text(
         "".join(f"{w.name.split('-')[0]} @ file://{w} --hash=sha256:{w.parent.name}\n" for w in wheels)
     )
