@@ -12,7 +12,7 @@ there as the user, and whoever can put a socket where envlock looks receives
 envlock's commands (and the agent bundle) and answers them. So:
 
 - the sockets live in ``$XDG_RUNTIME_DIR/envlock-ssh`` when that variable
-  names an absolute directory, else in ``/tmp/envlock-ssh-<uid>``; envlock
+  names a directory of the user's, else in ``/tmp/envlock-ssh-<uid>``; envlock
   creates the directory 0700 and, before every use, refuses it (an error
   naming it, exit 2) unless it is a real directory (no symlink), owned by the
   user, writable by nobody else, in a parent that nobody else can rename it
@@ -73,10 +73,19 @@ def persist_seconds(profile: HostProfile) -> int:
 
 
 def shared_dir() -> Path:
-    """Where persistent masters' sockets live for this user (see the module docstring)."""
+    """Where persistent masters' sockets live for this user (see the module docstring).
+
+    ``$XDG_RUNTIME_DIR`` only when it is a directory of this user's: after
+    ``su`` or ``sudo -E`` it often names another user's, or one that is gone.
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     if runtime.startswith("/"):
-        return Path(runtime) / "envlock-ssh"
+        try:
+            st = os.stat(runtime)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            return Path(runtime) / "envlock-ssh"
     return Path("/tmp") / f"envlock-ssh-{os.getuid()}"
 
 
