@@ -14,11 +14,13 @@ $(BIN)/envlock: pyproject.toml
 setup: $(BIN)/envlock
 
 # The SSH tests run real sshd (Debian's openssh-server) in mount namespaces;
-# the corpus builds PyYAML from its sdist against the system's libyaml.
-# The shared-store tests serve a store with nginx (docs/store.md).
+# the corpus builds PyYAML from its sdist against the system's libyaml; the
+# shared-store tests serve a store with nginx (docs/store.md); the reflink
+# tests make and loop-mount an XFS image (xfsprogs).
 test-deps:
-	@{ test -x /usr/sbin/sshd && test -f /usr/include/yaml.h && test -x /usr/sbin/nginx; } || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server libyaml-dev nginx-light >/dev/null; }
+	@{ test -x /usr/sbin/sshd && test -f /usr/include/yaml.h && test -x /usr/sbin/nginx && test -x /usr/sbin/mkfs.xfs; } || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server \
+	    libyaml-dev nginx-light xfsprogs >/dev/null; }
 
 test: setup test-deps
 	$(BIN)/python -m pytest -q -n 2 tests

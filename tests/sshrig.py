@@ -152,6 +152,10 @@ class SshRig:
         return killed
 
     def stop(self) -> None:
+        for alias in self.hosts:
+            # envlock keeps its master connections for a while (ssh_persist): cutting
+            # them makes those masters exit now rather than outlive the rig.
+            self.drop_connections(alias)
         for host in self.hosts.values():
             host.proc.terminate()
             try:

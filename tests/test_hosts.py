@@ -45,6 +45,14 @@ def test_full_profile_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "seconds"), [("0", 0), ('"0s"', 0), ("90", 90), ('"5m"', 300), ('"1h"', 3600)]
+)
+def test_ssh_persist_takes_seconds_or_a_duration(tmp_path: Path, value: str, seconds: int) -> None:
+    profile = load_profile(_ws(tmp_path, "h", f'venv = "/v"\nssh = "h"\nssh_persist = {value}\n'), "h")
+    assert profile.ssh_persist == seconds
+
+
+@pytest.mark.parametrize(
     ("text", "needle"),
     [
         ("", "venv: missing"),
@@ -69,6 +77,10 @@ def test_full_profile_loads(tmp_path: Path) -> None:
         ),
         ('venv = "/v"\n[smoke]\nexclud = ["x"]', "smoke.exclud: unknown field (known: checks, exclude)"),
         ('venv = "/v"\ngpu = "12.0"', "gpu: expected a table"),
+        ('venv = "/v"\nssh_persist = "forever"', 'ssh_persist: expected seconds like 60 or "60s"'),
+        ('venv = "/v"\nssh_persist = -1', "ssh_persist: expected seconds"),
+        ('venv = "/v"\nssh_persist = "25h"', "at most 24h"),
+        ('venv = "/v"\nssh_persist = true', "ssh_persist: expected seconds"),
         ("venv = ", "not valid TOML"),
     ],
 )
@@ -191,3 +203,19 @@ def test_proxy_command_in_a_profile_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()  # ssh would have run it while connecting
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "hosts/h.toml: ssh_args[0]" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "90d", "25h"])
+def test_a_bad_ssh_persist_in_the_environment_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from envlock.errors import EnvlockError
+    from envlock.transport.sshcontrol import persist_seconds
+
+    profile = load_profile(_ws(tmp_path, "h", 'venv = "/v"\nssh = "h"\nssh_persist = 30\n'), "h")
+    assert persist_seconds(profile) == 30
+    monkeypatch.setenv("ENVLOCK_SSH_PERSIST", "2m")
+    assert persist_seconds(profile) == 120  # the environment wins over the profile
+    monkeypatch.setenv("ENVLOCK_SSH_PERSIST", value)
+    with pytest.raises(EnvlockError, match=rf"^ENVLOCK_SSH_PERSIST='{re.escape(value)}': expected seconds"):
+        persist_seconds(profile)

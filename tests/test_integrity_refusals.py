@@ -45,6 +45,7 @@ from envlock.lock.model import Artifact, FileEntry, Package, SourceTree
 from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches, tags_match
 from envlock.store import Store
 from envlock.transport.ssh import SshTransport, _quote
+from envlock.transport.sshcontrol import ControlPlan
 from envlock.workspace import Workspace
 from helpers import build_simple_index, make_venv, make_wheel, uv_install
 from lockfactory import make_lock, pkg, rows_for, with_manifest, write_lock_files
@@ -833,7 +834,14 @@ def test_remote_words_reach_the_remote_program_unchanged(tmp_path: Path) -> None
 
 
 def test_ssh_argv_ends_with_one_quoted_command_line(tmp_path: Path) -> None:
-    transport = SshTransport("h", "user@h", ["-o", "BatchMode=yes"], tmp_path, "key", tmp_path / "bundle.zip")
+    transport = SshTransport(
+        "h",
+        "user@h",
+        ["-o", "BatchMode=yes"],
+        ControlPlan(0, f"{tmp_path}/cm", None),
+        "key",
+        tmp_path / "bundle.zip",
+    )
     argv = transport.ssh_argv([sys.executable, "-c", ARGV_PRINTER, *HOSTILE])
     assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=no", "--", "user@h"]
     proc = subprocess.run(["sh", "-c", argv[-1]], capture_output=True, text=True, cwd=tmp_path, check=True)
@@ -847,7 +855,9 @@ def test_agent_command_line_reaches_the_agent_through_a_shell(tmp_path: Path) ->
     """The bootstrap runs in the venv's Python, finds the agent by key, passes the words on."""
     venv = make_venv(tmp_path / "venvX")  # a trailing X: rstrip must strip "/" only
     home = tmp_path / "home"
-    transport = SshTransport("h", "user@h", [], tmp_path, "k3y", tmp_path / "bundle.zip")
+    transport = SshTransport(
+        "h", "user@h", [], ControlPlan(0, f"{tmp_path}/cm", None), "k3y", tmp_path / "bundle.zip"
+    )
     words = ["apply", "--venv", "/opt/my venv", "$(touch x)", "a;b"]
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     argv = transport.agent_argv(f"{venv}/", words)

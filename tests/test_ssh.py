@@ -6,7 +6,10 @@ import hashlib
 import json
 import os
 import signal
+import socket
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -316,3 +319,156 @@ def test_a_stale_agent_on_a_host_is_refused_and_removing_it_as_told_heals(
     healed = run_envlock(root, "capture", "ct200", "--no-cache")
     assert healed.returncode == 0, healed.stderr
     assert "AGENT_PROTOCOL = 99" not in shipped.read_text()
+
+
+# ------------------------------------------------------------------ master connection reuse
+
+
+@pytest.fixture
+def runtime_dir() -> Iterator[Path]:
+    """An XDG_RUNTIME_DIR of the test's own, short (a socket path holds 108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        for sock in _sockets(path / "envlock-ssh"):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"], capture_output=True)
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+
+
+def _sockets(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if stat.S_ISSOCK(p.lstat().st_mode))
+
+
+def _accepted(rig: SshRig, alias: str) -> int:
+    """SSH connections the host's sshd accepted so far (its log is per session)."""
+    return (rig.base / alias / "sshd.log").read_text().count("Accepted publickey")
+
+
+def _envlock(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ENVLOCK, *args, "--root", str(root)], capture_output=True, text=True, env=env)
+
+
+def _env(runtime: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_SSH_PERSIST"}
+    return {**env, "XDG_RUNTIME_DIR": str(runtime), **extra}
+
+
+def _alive(sock: Path) -> bool:
+    check = subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "check", "x"], capture_output=True)
+    return check.returncode == 0
+
+
+def test_a_second_run_reuses_the_first_runs_connection(
+    rig: SshRig, reference: Reference, tmp_path: Path, runtime_dir: Path
+) -> None:
+    index = f'[index]\nurls = ["{reference.index.url}"]\n'
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a", extra=index))
+    env = _env(runtime_dir)
+    before = _accepted(rig, "ct-a")
+    first = _envlock(root, env, "capture", "ct129")
+    assert first.returncode == 0, first.stderr
+    control = runtime_dir / "envlock-ssh"
+    assert stat.S_IMODE(control.stat().st_mode) == 0o700
+    (sock,) = _sockets(control)
+    assert _alive(sock), "the master did not outlive the run"
+    second = _envlock(root, env, "verify", "ct129")
+    assert second.returncode == 0, second.stderr + second.stdout
+    assert _accepted(rig, "ct-a") == before + 1, "the second run opened a connection of its own"
+    assert _sockets(control) == [sock]
+
+    # Another profile of the same host with other ssh options gets a master of its own.
+    other = _workspace(tmp_path / "other", "ct129", rig.profile("ct-a", extra=index).replace(
+        'ssh_args = ["-F",', 'ssh_args = ["-o", "Compression=no", "-F",'
+    ))  # fmt: skip
+    third = _envlock(other, env, "smoke", "ct129")
+    assert third.returncode == 0, third.stderr
+    assert len(_sockets(control)) == 2
+    assert _accepted(rig, "ct-a") == before + 2
+
+
+def test_a_stale_socket_is_replaced_by_a_new_master(
+    rig: SshRig, reference: Reference, tmp_path: Path, runtime_dir: Path
+) -> None:
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a"))
+    env = _env(runtime_dir)
+    assert _envlock(root, env, "smoke", "ct129").returncode == 0
+    (sock,) = _sockets(runtime_dir / "envlock-ssh")
+    subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"], capture_output=True, check=True)
+    # What a killed master leaves: a socket file nobody listens on.
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(sock))
+    assert not _alive(sock)
+    before = _accepted(rig, "ct-a")
+    again = _envlock(root, env, "smoke", "ct129")
+    assert again.returncode == 0, again.stderr
+    assert _accepted(rig, "ct-a") == before + 1
+    assert _sockets(runtime_dir / "envlock-ssh") == [sock] and _alive(sock)
+
+
+@pytest.mark.parametrize("where", ["profile", "env"])
+def test_persist_zero_opens_one_connection_per_run_and_leaves_nothing(
+    rig: SshRig, tmp_path: Path, runtime_dir: Path, where: str
+) -> None:
+    extra = 'ssh_persist = "0s"\n' if where == "profile" else 'ssh_persist = "5m"\n'
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a", extra=extra))
+    scratch = runtime_dir / "t"  # where the run's own socket directory goes (short, as above)
+    scratch.mkdir()
+    env = _env(runtime_dir, TMPDIR=str(scratch))
+    if where == "env":
+        env["ENVLOCK_SSH_PERSIST"] = "0"  # beats the profile's 5m
+    before = _accepted(rig, "ct-a")
+    for _ in range(2):
+        proc = _envlock(root, env, "smoke", "ct129")
+        assert proc.returncode == 0, proc.stderr
+    assert _accepted(rig, "ct-a") == before + 2
+    assert not (runtime_dir / "envlock-ssh").exists()
+    assert list(scratch.iterdir()) == [], "the run's private socket directory was left behind"
+
+
+def _unsafe(runtime: Path, how: str) -> Path:
+    control = runtime / "envlock-ssh"
+    if how == "group-writable":
+        control.mkdir(mode=0o700)
+        control.chmod(0o770)
+    elif how == "world-writable":
+        control.mkdir(mode=0o700)
+        control.chmod(0o1777)
+    elif how == "someone-else's":
+        control.mkdir(mode=0o700)
+        os.chown(control, 65534, 65534)
+    elif how == "symlink":
+        (runtime / "elsewhere").mkdir(mode=0o700)
+        control.symlink_to(runtime / "elsewhere")
+    elif how == "parent-world-writable":
+        runtime.chmod(0o777)
+    return control
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("group-writable", "writable by group or others (mode 0770)"),
+        ("world-writable", "writable by group or others (mode 1777)"),
+        ("someone-else's", "owned by uid 65534, not by you"),
+        ("symlink", "it is a symlink"),
+        ("parent-world-writable", "is writable by others and not sticky"),
+    ],
+)
+def test_an_unsafe_socket_directory_is_refused(
+    rig: SshRig, tmp_path: Path, runtime_dir: Path, how: str, why: str
+) -> None:
+    control = _unsafe(runtime_dir, how)
+    root = _workspace(tmp_path, "ct129", rig.profile("ct-a"))
+    before = _accepted(rig, "ct-a")
+    proc = _envlock(root, _env(runtime_dir), "smoke", "ct129")
+    assert proc.returncode == 2, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"ssh control directory {control}: " in lines[0] and why in lines[0], (
+        proc.stderr
+    )
+    assert "ENVLOCK_SSH_PERSIST=0" in lines[0]
+    assert _accepted(rig, "ct-a") == before
+    assert not any(_sockets(d) for d in (control, runtime_dir / "elsewhere"))

@@ -20,9 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-from packaging.utils import canonicalize_name
+from typing import TYPE_CHECKING, Any
 
 from envlock.agent.protocol import (
     AppliedAnswer,
@@ -36,28 +34,35 @@ from envlock.agent.protocol import (
     PulledArtifact,
     PullItem,
     RollbackAnswer,
+    RunningPython,
 )
 from envlock.agent.steps import AFTER_SWAP
 from envlock.agent.venvguard import path_refusal
-from envlock.airgap import ImportedBundle, import_bundle
-from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
-from envlock.drift import VerifyResult
-from envlock.errors import AgentReportedError, EnvlockError, ExitCode, LockError, TransportError
-from envlock.fetch import ArtifactError, VerifiedCache, blob, fetch_one, hash_file
+from envlock.errors import (
+    AgentProtocolError,
+    AgentReportedError,
+    EnvlockError,
+    ExitCode,
+    LockError,
+    TransportError,
+)
 from envlock.hostpython import HostPython, find_base_python
 from envlock.hosts import HostProfile, load_profile
-from envlock.lock.compare import version_kind
-from envlock.lock.digest import check_lock_digest
-from envlock.lock.io import read_lock
-from envlock.lock.model import Artifact, FileEntry, Lock, Package
-from envlock.pyvenv import interpreter_paths, render_pyvenv, with_home
+from envlock.lock.head import LockHead, head_of
+from envlock.pyvenv import interpreter_paths
 from envlock.reporter import Reporter
-from envlock.smokereport import SmokeResult, build_result, host_has_gpu
-from envlock.store import Store, blob_key, open_store, wheel_key
-from envlock.storepush import push_objects
-from envlock.transfer import Item, PushResult, push, uv_binary
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
 from envlock.workspace import LockedVenv, Workspace
+
+# What only a real apply needs (fetch, push, drift, the smoke report, bundles) is
+# imported where it is used: a no-op apply starts, asks the host, and ends without them.
+if TYPE_CHECKING:
+    from envlock.airgap import ImportedBundle
+    from envlock.drift import VerifyResult
+    from envlock.lock.model import Artifact, FileEntry, Lock, Package
+    from envlock.smokereport import SmokeResult
+    from envlock.store import Store
+    from envlock.transfer import Item, PushResult
 
 REMOTE_ARTIFACTS = "~/.cache/envlock/artifacts"
 
@@ -116,11 +121,15 @@ def checked_lock(workspace: Workspace, host: str) -> tuple[Lock, list[FileEntry]
 
 def check_digest(lock: Lock, shown: str) -> None:
     """The lock digest must cover what it says (packages, scripts, source trees, pyvenv); cheap."""
+    from envlock.lock.digest import check_lock_digest
+
     check_lock_digest(lock, shown)
 
 
 def plan_changes(lock: Lock, live: list[tuple[str, str]] | None) -> tuple[Change, ...]:
     from packaging.utils import canonicalize_name
+
+    from envlock.lock.compare import version_kind
 
     # The live venv reports dist-info names as written (PyYAML, typing_extensions).
     before: dict[str, str] = {canonicalize_name(name): version for name, version in live or []}
@@ -136,21 +145,21 @@ def plan_changes(lock: Lock, live: list[tuple[str, str]] | None) -> tuple[Change
     return tuple(changes)
 
 
-def base_python(profile: HostProfile, lock: Lock) -> str | None:
+def base_python(profile: HostProfile, lock: LockHead) -> str | None:
     """The interpreter the profile or the lock names, without asking the host (None: neither)."""
     if profile.python:
         return profile.python
-    paths = interpreter_paths(lock.pyvenv, lock.interpreter.version)
+    paths = interpreter_paths(lock.pyvenv, lock.python)
     return paths[0] if paths else None
 
 
-def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: str) -> HostPython:
+def lock_python(transport: Transport, profile: HostProfile, lock: LockHead, shown: str) -> HostPython:
     """The base interpreter that builds the lock's venv on the host (docs/design.md).
 
     It must be the lock's Python to the patch level, and where the lock names
     its home, that home: pyvenv.cfg and the bin/python links point there.
     """
-    version = lock.interpreter.version
+    version = lock.python
     minor = ".".join(version.split(".")[:2])
     found = find_base_python(
         transport, profile, want=minor, hints=interpreter_paths(lock.pyvenv, version), venv_decides=False
@@ -161,13 +170,64 @@ def lock_python(transport: Transport, profile: HostProfile, lock: Lock, shown: s
             f"{shown}: made for Python {version}, but host {profile.name} has {found.version} "
             f"at {found.path} ({found.how}); {fix}"
         )
-    home = lock.pyvenv.get("home")
-    if home and profile.python is None and os.path.dirname(found.path) != home.rstrip("/"):
+    if not _right_home(profile, lock, found.path):
         raise LockError(
-            f"{shown}: its interpreter home {home} is not on host {profile.name} "
+            f"{shown}: its interpreter home {lock.pyvenv.get('home')} is not on host {profile.name} "
             f"(found {found.path}, {found.how}); {fix}"
         )
     return found
+
+
+def _right_home(profile: HostProfile, lock: LockHead, path: str) -> bool:
+    """Where the lock names its interpreter's home (and the profile no interpreter), it is there."""
+    home = lock.pyvenv.get("home")
+    return not (home and profile.python is None and os.path.dirname(path) != home.rstrip("/"))
+
+
+def ask_host(
+    transport: Transport, profile: HostProfile, lock: LockHead, shown: str
+) -> tuple[str, AppliedAnswer]:
+    """The lock's base interpreter on the host and the host's ``applied`` answer (no-op or not).
+
+    The interpreter that the profile or the lock names is asked first: when
+    its own answer shows it is the one ``lock_python`` would pick (the first
+    hint at the lock's exact version, in the lock's home), the search is not
+    run at all. That saves one interpreter start, and over SSH one session,
+    on every apply. Otherwise the search runs (its errors say what it tried)
+    and its interpreter is asked.
+    """
+    args = ["applied", "--venv", profile.venv, "--digest", lock.digest]
+    hint = base_python(profile, lock)
+    if hint is not None:
+        state = _applied_at(transport, profile, args, hint)
+        if state is not None and _vouched(state.get("python"), profile, lock):
+            return state["python"]["executable"], state
+    python = lock_python(transport, profile, lock, shown).path
+    # The first answer of the host's agent: a stale one is refused before anything is sent.
+    state = agent_answer(transport, run_agent(transport, profile.venv, args, python=python), "applied")
+    return python, state
+
+
+def _applied_at(
+    transport: Transport, profile: HostProfile, args: list[str], python: str
+) -> AppliedAnswer | None:
+    """The agent's ``applied`` answer in ``python``; None when nothing runs there (the search says why)."""
+    try:
+        raw = run_agent(transport, profile.venv, args, python=python)
+    except (TransportError, AgentProtocolError):
+        raise  # the host or its agent bundle, not the interpreter: searching would not help
+    except EnvlockError:
+        return None
+    answer: AppliedAnswer = agent_answer(transport, raw, "applied")
+    return answer
+
+
+def _vouched(seen: RunningPython | None, profile: HostProfile, lock: LockHead) -> bool:
+    """Is the interpreter that answered the one ``lock_python`` accepts: the lock's exact
+    version and, where the lock names a home, in it?"""
+    if not isinstance(seen, dict) or not seen.get("executable") or seen.get("version") != lock.python:
+        return False
+    return _right_home(profile, lock, seen["executable"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +247,8 @@ class Wanted:
 
 def _wheel_urls(store: Store, art: Artifact) -> tuple[str, ...]:
     """Where a host can read a wheel: its index URL, or the shared store for store wheels."""
+    from envlock.store import wheel_key
+
     if art.url is not None:
         return (art.url,)
     if art.path is not None and store.remote is not None:
@@ -195,6 +257,8 @@ def _wheel_urls(store: Store, art: Artifact) -> tuple[str, ...]:
 
 
 def _blob_urls(store: Store, sha: str) -> tuple[str, ...]:
+    from envlock.store import blob_key
+
     return (store.remote + blob_key(sha),) if store.remote is not None else ()
 
 
@@ -209,6 +273,11 @@ def build_plan(
     python: str,
     force: bool = False,
 ) -> tuple[ApplyPlan, list[Wanted]]:
+    from envlock.binary.driver import DRIVER_LIBRARY_PREFIXES
+    from envlock.fetch import blob
+    from envlock.pyvenv import render_pyvenv, with_home
+    from envlock.smokereport import host_has_gpu
+
     wanted = [uv]
     wheels: list[PlanWheel] = []
     for pkg in lock.packages:
@@ -300,6 +369,9 @@ def apply(
 def _from_bundle(workspace: Workspace, host: str, bundle: Path, into: Path) -> ImportedBundle:
     """The bundle, checked and its objects in the store; refused when the workspace holds
     another lock for the host (apply what was reviewed, or say why not)."""
+    from envlock.airgap import import_bundle
+    from envlock.lock.io import read_lock
+
     imported = import_bundle(workspace, bundle, host, into)
     mine = workspace.lock_path(host)
     if mine.is_file():
@@ -323,28 +395,24 @@ def _apply_host(
     # The lock's own digest must match what it says before it is trusted even
     # for the no-op check; the manifest and every tree digest are checked
     # (checked_lock) before anything is changed.
+    # (read_lock_head: parsed and checked, or the same bytes were).
     if imported is not None:
-        lock, shown = imported.locked.lock, imported.locked.shown
+        head, shown = head_of(imported.locked.lock), imported.locked.shown
     else:
-        lock = workspace.read_lock(host)
+        head = workspace.read_lock_head(host)
         shown = workspace.shown(workspace.lock_path(host))
     with open_transport(profile) as transport:
-        python = lock_python(transport, profile, lock, shown).path
-        # The first answer of the host's agent: a stale one is refused before anything is sent.
-        state: AppliedAnswer = agent_answer(
-            transport,
-            run_agent(
-                transport,
-                profile.venv,
-                ["applied", "--venv", profile.venv, "--digest", lock.digest],
-                python=python,
-            ),
-            "applied",
-        )
-        changes = plan_changes(lock, state["dists"])
+        python, state = ask_host(transport, profile, head, shown)
         bytecode = tuple((str(p), str(why)) for p, why in state.get("bytecode") or [])
         if state["matches"]:
             return ApplyResult(host=host, venv=profile.venv, noop=True, dry_run=options.dry_run, changes=())
+        if imported is not None:
+            lock = imported.locked.lock
+        else:
+            lock = workspace.read_lock(host)
+            if lock.digest != head.digest:
+                raise LockError(f"{shown}: changed while envlock apply read it; run it again")
+        changes = plan_changes(lock, state["dists"])
         known = _built_from(lock, state)
         refusal = state.get("refused")
         if refusal is not None and not (state.get("foreign") and (known or options.force)):
@@ -374,6 +442,8 @@ def _apply_host(
 def _built_from(lock: Lock, state: AppliedAnswer) -> bool:
     """Is the live venv one this lock describes: the lock last applied there, or the same
     distributions (a venv captured into it)?"""
+    from packaging.utils import canonicalize_name
+
     if state.get("stamp_digest") == lock.digest:
         return True
     live = {(canonicalize_name(n), v) for n, v in state.get("dists") or []}
@@ -412,6 +482,9 @@ def _apply(
     force: bool,
     uv_from: Path | None = None,
 ) -> ApplyResult:
+    from envlock.fetch import VerifiedCache, fetch_one
+    from envlock.store import open_store
+
     store = open_store(workspace)
     verified = VerifiedCache(store)
 
@@ -448,6 +521,8 @@ def _apply(
     )  # fmt: skip
     if report.get("failed") == "smoke":
         # Explained exactly as `envlock smoke` explains it, against the lock being applied.
+        from envlock.smokereport import build_result, host_has_gpu
+
         lock_shown = workspace.shown(workspace.lock_path(profile.name))
         smoked = build_result(profile, lock, lock_shown, host_has_gpu(profile, lock), report["smoke_report"])
         return replace(result, smoke_failure=smoked, kept_staging=report.get("kept"))
@@ -467,6 +542,9 @@ def deliver(
 ) -> Delivered:
     """Get every wanted artifact into the host's drop: the host fetches what it can from the
     URLs (profile ``pull``), the controller pushes the rest (docs/store.md)."""
+    from envlock.fetch import ArtifactError
+    from envlock.transfer import push
+
     pullable = [w for w in wanted if w.urls] if profile.pull != "never" else []
     pulled: list[PulledArtifact] = []
     failures: list[str] = []
@@ -513,12 +591,19 @@ def _local_items(wanted: list[Wanted], reporter: Reporter) -> list[Item]:
 
 
 def _uv_at(path: Path) -> Wanted:
+    from envlock.fetch import hash_file
+
     return Wanted(hash_file(path), "uv", path.stat().st_size, (), lambda: path)
 
 
 def _uv_wanted(workspace: Workspace, store: Store) -> Wanted:
     """The uv the host installs with. With a shared store that takes writes, it is put there once
     (a blob), so hosts fetch it like any artifact instead of the controller sending it."""
+    from envlock.fetch import hash_file
+    from envlock.store import blob_key
+    from envlock.storepush import push_objects
+    from envlock.transfer import uv_binary
+
     path = uv_binary()
     sha = hash_file(path)
     urls: tuple[str, ...] = ()
@@ -609,6 +694,8 @@ def rollback(workspace: Workspace, host: str, *, again: bool = False) -> Rollbac
     ``replaced`` (``{"digest", "at"}`` of the lock each venv was applied
     from, None when envlock does not know it), ``again``.
     """
+    from envlock.lock.io import read_lock
+
     profile = load_profile(workspace, host)
     refused = path_refusal(profile.venv, local=False)
     if refused is not None:
@@ -616,7 +703,7 @@ def rollback(workspace: Workspace, host: str, *, again: bool = False) -> Rollbac
     lock_path = workspace.lock_path(host)
     python = profile.python
     if python is None and lock_path.is_file():
-        python = base_python(profile, read_lock(lock_path))
+        python = base_python(profile, head_of(read_lock(lock_path)))
     with open_transport(profile) as transport:
         report: RollbackAnswer = json.loads(
             run_agent(

@@ -23,14 +23,16 @@ and the profile key that fixes it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.agent.protocol import PingAnswer
 from envlock.errors import EnvlockError
 from envlock.hosts import HostProfile
-from envlock.lock.model import Lock
 from envlock.pyvenv import interpreter_paths
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
+
+if TYPE_CHECKING:
+    from envlock.lock.model import Lock
 
 # Arguments: WANT ("3.12", or "" for any), OWN ("1": the venv's own
 # interpreter is accepted at any version), then the candidates, each

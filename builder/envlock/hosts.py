@@ -65,6 +65,9 @@ class HostProfile:
     ssh: str | None = None
     ssh_args: tuple[str, ...] = ()
     allow_ssh_commands: bool = False
+    # Seconds an SSH master connection outlives the run that opened it (None: the default;
+    # 0: one connection per run, closed at its end). See envlock.transport.sshcontrol.
+    ssh_persist: int | None = None
     reference: str | None = None
     gpu: GpuFacts | None = None
     index: IndexConfig | None = None
@@ -82,8 +85,8 @@ class HostProfile:
         return self.ssh is None
 
 
-_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "allow_ssh_commands", "reference", "gpu", "index", "smoke",
-             "target", "lock", "pull"}  # fmt: skip
+_TOP_KEYS = {"venv", "python", "ssh", "ssh_args", "allow_ssh_commands", "ssh_persist", "reference", "gpu",
+             "index", "smoke", "target", "lock", "pull"}  # fmt: skip
 # ssh_config keywords that make ssh run a command on the controller. A profile
 # is data that other people commit; these need `allow_ssh_commands = true`.
 SSH_COMMAND_KEYWORDS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match"}
@@ -100,6 +103,24 @@ _INDEX_KEYS = {"urls", "find_links"}
 _SMOKE_KEYS = {"checks", "exclude"}
 # A module name pattern: dotted identifiers with fnmatch's * ? [] (no path, no spaces).
 _MODULE_PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+$")
+_DURATION = re.compile(r"^(\d+)(s|m|h)?$")
+_DURATION_UNITS = {None: 1, "s": 1, "m": 60, "h": 3600}
+MAX_SSH_PERSIST = 24 * 3600  # a master kept longer than a day is a forgotten one
+
+
+def parse_duration(value: object) -> int | None:
+    """Seconds from ``60``, ``"60"``, ``"60s"``, ``"5m"`` or ``"1h"``; None when it is none of these."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_SSH_PERSIST else None
+    if not isinstance(value, str):
+        return None
+    match = _DURATION.match(value.strip())
+    if match is None:
+        return None
+    seconds = int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return seconds if seconds <= MAX_SSH_PERSIST else None
 
 
 class _Collector:
@@ -172,6 +193,15 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         allow_commands = False
     if not allow_commands:
         _check_ssh_args(check, ssh_args)
+    ssh_persist = None
+    if "ssh_persist" in data:
+        ssh_persist = parse_duration(data["ssh_persist"])
+        if ssh_persist is None:
+            check.add(
+                "ssh_persist",
+                f'expected seconds like 60 or "60s", "5m", "1h" (at most 24h; 0: one connection per run), '
+                f"got {data['ssh_persist']!r}",
+            )
     reference = check.string(data, "reference")
     if reference is not None and not HOST_NAME.match(reference):
         check.add("reference", f"not a host name: {reference!r}")
@@ -235,7 +265,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
     policy = LockPolicy()
     lock_table = check.table(data, "lock")
     if lock_table is not None:
-        # packaging's requirement parser only for profiles with a [lock] table: it costs ~20 ms
+        # packaging's parser costs more to import than the rest of a profile's checks.
         from packaging.requirements import InvalidRequirement, Requirement
 
         check.unknown_keys(lock_table, _LOCK_KEYS, "lock.")
@@ -268,6 +298,7 @@ def parse_profile(name: str, data: Mapping[str, Any], source: Path) -> HostProfi
         ssh=ssh,
         ssh_args=ssh_args,
         allow_ssh_commands=allow_commands,
+        ssh_persist=ssh_persist,
         reference=reference,
         gpu=gpu,
         index=index,

@@ -12,6 +12,7 @@ from envlock.errors import EnvlockError, LockError
 
 if TYPE_CHECKING:  # the lock modules are imported when a lock is read: start-up stays small
     from envlock.config import WorkspaceConfig
+    from envlock.lock.head import LockHead
     from envlock.lock.model import FileEntry, Lock
 
 
@@ -120,6 +121,28 @@ class Workspace:
         lock = read_lock(path, shown=self.shown(path))
         check_lock_digest(lock, self.shown(path))
         return lock
+
+    def read_lock_head(self, host: str) -> LockHead:
+        """What a no-op apply needs of ``read_lock(host)``, remembered per lock content
+        (``envlock.lock.head`` says why that is as sound as parsing it again)."""
+        from envlock.lock import head
+        from envlock.lock.io import read_lock_text
+
+        path = self.lock_path(host)
+        shown = self.shown(path)
+        text = read_lock_text(path, shown)
+        key = head.content_key(text.encode("utf-8"))
+        memo = cache_dir() / "lockheads"
+        found = head.recall(memo, key)
+        if found is None:
+            from envlock.lock.digest import check_lock_digest
+            from envlock.lock.io import lock_from_text
+
+            lock = lock_from_text(text, shown)  # the very bytes hashed, not a second read
+            check_lock_digest(lock, shown)
+            found = head.head_of(lock)
+            head.remember(memo, key, found)
+        return found
 
     def read_locked(self, host: str, lock: Lock | None = None) -> LockedVenv:
         """The lock (``lock``: already read by ``read_lock``) and its manifest, the manifest's

@@ -133,14 +133,17 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             items: List[PullItem] = json.loads(sys.stdin.buffer.read())
             _emit(pull(args.dir, items, jobs=args.jobs))
-        elif args.command in ("apply", "applied", "apply-status", "rollback"):
+        elif args.command == "applied":
+            # Only the no-op check's modules: this answer is all a no-op apply waits for.
+            from envlock.agent.stamp import applied
+
+            _emit(applied(args.venv, args.digest, force=args.force))
+        elif args.command in ("apply", "apply-status", "rollback"):
             from envlock.agent import apply as host_apply
 
             if args.command == "apply":
                 plan: ApplyPlan = json.loads(sys.stdin.buffer.read())
                 _emit(host_apply.run_apply(plan, jobs=args.jobs or min(32, (os.cpu_count() or 1) * 2)))
-            elif args.command == "applied":
-                _emit(host_apply.applied(args.venv, args.digest, force=args.force))
             elif args.command == "apply-status":
                 _emit(host_apply.apply_status(args.venv))
             else:

@@ -272,25 +272,55 @@ def create_staging(plan: ApplyPlan, staging: str) -> None:
         _run([base, "-m", "venv", "--without-pip", *prompt, staging], "creating the staging venv")
 
 
-def install(plan: ApplyPlan, staging: str) -> None:
+UV_CACHE = "~/.cache/envlock/uv"
+
+
+def install_mode(state: StateDir) -> Tuple[str, str, Optional[str]]:
+    """uv's cache directory and link mode for this venv, and why not clone when not.
+
+    Clone (copy-on-write reflinks) when the venv's filesystem has them: from
+    uv's usual cache when it is on that filesystem, else from a cache of the
+    venv's own in its state directory (a clone cannot cross filesystems; the
+    files it holds are shared with the venv, not copies of it). Copy
+    everywhere else (``envlock.agent.reflink`` says why never hard links).
+    """
+    from envlock.agent.reflink import clone_probe
+
+    cache = os.path.expanduser(UV_CACHE)
+    os.makedirs(cache, exist_ok=True)
+    why = clone_probe(cache, state.root)
+    if why is None:
+        return cache, "clone", None
+    own = os.path.join(state.root, "uv-cache")
+    if os.stat(cache).st_dev != os.stat(state.root).st_dev and clone_probe(state.root, state.root) is None:
+        os.makedirs(own, exist_ok=True)
+        return own, "clone", None
+    return cache, "copy", why
+
+
+def install(plan: ApplyPlan, staging: str) -> Tuple[str, Optional[str]]:
+    """Install the plan's wheels into ``staging``; returns the link mode used and why not clone."""
+    state = StateDir(plan["venv"])
+    cache, mode, why = install_mode(state)
     lines = []
     for wheel in plan["wheels"]:
         path = os.path.expanduser(wheel["path"])
         lines.append("%s @ file://%s --hash=sha256:%s" % (wheel["name"], path, wheel["sha256"]))
-    requirements = os.path.join(StateDir(plan["venv"]).root, "requirements.txt")
+    requirements = os.path.join(state.root, "requirements.txt")
     with open(requirements, "w") as out:
         out.write("\n".join(lines) + "\n")
     try:
         _run(
             [
                 plan["uv"], "pip", "install", "--python", os.path.join(staging, "bin", "python"),
-                "--offline", "--no-index", "--no-deps", "--require-hashes", "--link-mode", "copy",
-                "--cache-dir", os.path.expanduser("~/.cache/envlock/uv"), "-q", "-r", requirements,
+                "--offline", "--no-index", "--no-deps", "--require-hashes", "--link-mode", mode,
+                "--cache-dir", cache, "-q", "-r", requirements,
             ],
             "installing %d wheels" % len(lines),
         )  # fmt: skip
     finally:
         os.unlink(requirements)
+    return mode, why
 
 
 def place_bin_files(plan: ApplyPlan, staging: str) -> int:
@@ -692,6 +722,8 @@ def run_apply(plan: ApplyPlan, jobs: int) -> ApplyAnswer:
             "previous": previous,
             "recovered": "; ".join(notes) or None,
             "installed": len(plan["wheels"]),
+            "link_mode": built.link_mode,
+            "link_note": built.link_note,
             "bin_files": built.placed,
             "sources": built.sources,
             "verified_files": built.verified,
@@ -710,6 +742,8 @@ class _Built:
     ) -> None:
         self.placed, self.sources, self.verified, self.entries = placed, sources, verified, entries
         self.smoke: SmokeSummary = {"ok": 0, "skipped": 0, "failed": [], "seconds": 0.0}
+        self.link_mode = "copy"
+        self.link_note: Optional[str] = None
 
 
 def _build_and_check(
@@ -724,7 +758,7 @@ def _build_and_check(
     lap("stage")
     progress("install", 0, len(plan["wheels"]))
     fault("before", "install")
-    install(plan, staging)
+    link_mode, link_note = install(plan, staging)
     fault("after", "install")
     progress("install", len(plan["wheels"]), len(plan["wheels"]))
     lap("install")
@@ -751,6 +785,7 @@ def _build_and_check(
     fault("after", "verify")
     built = _Built(placed, sources, verified, entries)
     built.smoke = smoked
+    built.link_mode, built.link_note = link_mode, link_note
     return built
 
 

@@ -275,12 +275,22 @@ class ApplyPlan(_ApplyPlanRequired, total=False):
 # ------------------------------------------------------------------ apply: the answers
 
 
+class RunningPython(TypedDict):
+    """The interpreter an agent command ran in: ``sys.executable`` and its version."""
+
+    executable: str
+    version: str  # "3.12.1"
+
+
 class _AppliedRequired(TypedDict):
     protocol: int
     refused: Optional[str]
     exists: bool
     matches: bool
     dists: Optional[List[NameVersion]]
+    # The interpreter that answered, so that the controller can vouch for it as the
+    # lock's base interpreter without a search of its own first.
+    python: RunningPython
 
 
 class AppliedAnswer(_AppliedRequired, total=False):
@@ -345,7 +355,9 @@ class _ApplyAnswerRequired(TypedDict):
 class ApplyAnswer(_ApplyAnswerRequired, total=False):
     """``apply``'s answer, in one of three shapes.
 
-    Swapped in: timings ... seconds. An interrupted apply of this very lock
+    Swapped in: timings ... seconds, and how the wheels' files were put in place
+    (``link_mode``: "clone", copy-on-write reflinks, or "copy"; ``link_note``:
+    why not clone). An interrupted apply of this very lock
     found already past its swap: previous, recovered, finished. Imports
     failed, nothing swapped: failed ("smoke"), kept, smoke_report.
     """
@@ -354,6 +366,8 @@ class ApplyAnswer(_ApplyAnswerRequired, total=False):
     previous: Optional[str]
     recovered: Optional[str]
     installed: int
+    link_mode: str
+    link_note: Optional[str]
     bin_files: int
     sources: List[RestoredSource]
     verified_files: int

@@ -1,36 +1,43 @@
 """The no-op check: is the venv exactly what the last apply of a lock left?
 
 After a swap the agent writes ``<venv>.envlock/applied.json``: the lock
-digest and the stat key (size, mtime, inode, ctime) of every file. A later
-apply of the same lock walks the venv and compares stat keys, no hashing.
+digest and the *fingerprint* of the venv, one sha256 over the stat key
+(size, mtime, inode, ctime) of every file and the target of every symlink
+(``envlock.agent.treescan``, which says why that is a proof that nothing was
+written). A later apply of the same lock walks the venv once and compares
+the fingerprint, no hashing. Stamps of older agents list every file's key
+instead (``files``, ``links``); they are compared key by key.
+
 Bytecode is not in the stamp (the interpreter writes it on first use, which
 must not turn a no-op into a rebuild), but a damaged ``.pyc`` for the host's
-interpreter makes the venv not match (see ``envlock.agent.bytecode``).
+interpreter makes the venv not match (see ``envlock.agent.bytecode``); the
+same walk gives its stat keys.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from envlock.agent.bytecode import damaged_bytecode
 from envlock.agent.journal import StateDir, write_atomic
-from envlock.agent.protocol import AGENT_PROTOCOL, AppliedAnswer
-from envlock.agent.snapshot import walk
+from envlock.agent.protocol import AGENT_PROTOCOL, AppliedAnswer, RunningPython
+from envlock.agent.treescan import Scan, scan
 from envlock.agent.venvguard import managed, path_refusal, replace_refusal
 
 
-def _stat_keys(venv: str) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
-    """Stat key of every file (bytecode aside) and target of every symlink, in one walk."""
-    files, links = walk(venv)
-    return {rel: [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for rel, st in files}, links
+def bytecode_suffix() -> Optional[str]:
+    """``.cpython-312.pyc``: the bytecode this interpreter loads (None: it writes none)."""
+    tag = sys.implementation.cache_tag
+    return None if tag is None else ".%s.pyc" % tag
 
 
 def write_stamp(state: StateDir, digest: str) -> None:
-    keys, links = _stat_keys(state.venv)
-    write_atomic(state.stamp, {"digest": digest, "at": _now(), "files": keys, "links": links})
+    found = scan(state.venv, None)
+    write_atomic(state.stamp, {"digest": digest, "at": _now(), "fingerprint": found.fingerprint()})
 
 
 def forget_stamp(state: StateDir) -> None:
@@ -95,11 +102,18 @@ def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:
     return stamp
 
 
-def stamp_matches(state: StateDir, digest: str, stamp: Optional[Dict[str, Any]]) -> bool:
+def stamp_matches(
+    state: StateDir, digest: str, stamp: Optional[Dict[str, Any]], found: Optional[Scan] = None
+) -> bool:
+    """Is the venv what the apply of ``digest`` left (``found``: its walk, when already taken)?"""
     if stamp is None or stamp.get("digest") != digest or not os.path.isdir(state.venv):
         return False
-    keys, links = _stat_keys(state.venv)
-    return bool(keys == stamp.get("files") and links == stamp.get("links"))
+    found = found or scan(state.venv, None)
+    if "fingerprint" in stamp:
+        return bool(stamp["fingerprint"] == found.fingerprint())
+    # A stamp an older agent wrote: every file's key and every link's target.
+    keys = {rel: key for rel, key in found.files}
+    return bool(keys == stamp.get("files") and dict(found.links) == stamp.get("links"))
 
 
 def applied(venv: str, digest: str, force: bool = False) -> AppliedAnswer:
@@ -112,6 +126,7 @@ def applied(venv: str, digest: str, force: bool = False) -> AppliedAnswer:
     for only in a venv that otherwise matches its stamp).
     """
     refused = path_refusal(venv)
+    python: RunningPython = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3]}
     if refused is not None:
         return {
             "protocol": AGENT_PROTOCOL,
@@ -119,6 +134,7 @@ def applied(venv: str, digest: str, force: bool = False) -> AppliedAnswer:
             "exists": os.path.lexists(venv),
             "matches": False,
             "dists": None,
+            "python": python,
         }
     state = StateDir(venv)
     stamp = read_stamp(state)
@@ -134,14 +150,18 @@ def applied(venv: str, digest: str, force: bool = False) -> AppliedAnswer:
         "matches": False,
         "dists": None,
         "bytecode": [],
+        "python": python,
     }
     if result["refused"] is not None and not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         return result
     # An unfinished apply is never a no-op: the next apply finishes it. Bytecode
     # is looked at last, only when all else says "no-op" (it costs the most).
-    if result["exists"] and not os.path.lexists(state.journal) and stamp_matches(state, digest, stamp):
-        result["bytecode"] = damaged_bytecode(venv)
-        result["matches"] = not result["bytecode"]
+    if result["exists"] and not os.path.lexists(state.journal) and stamp is not None:
+        # One walk for both checks; the bytecode is looked at only when the rest matches.
+        found = scan(venv, bytecode_suffix()) if stamp.get("digest") == digest else None
+        if found is not None and stamp_matches(state, digest, stamp, found):
+            result["bytecode"] = damaged_bytecode(venv, found=found.bytecode)
+            result["matches"] = not result["bytecode"]
     if result["exists"] and not result["matches"]:
         try:
             from envlock.agent.snapshot import describe_venv

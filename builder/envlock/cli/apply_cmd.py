@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 from envlock.cli.commands import summary
 from envlock.cli.fleet_view import add_target_arguments, run_fleet_command, wants_fleet
 from envlock.cli.progress import ProgressBar
-from envlock.cli.smoke_render import render_text as smoke_text
-from envlock.cli.smoke_render import result_json as smoke_json
 from envlock.errors import ExitCode
 from envlock.fleet import HostReport
 from envlock.render import envelope, human_size, plural, table
@@ -172,6 +170,8 @@ def host_report(result: ApplyResult) -> HostReport[dict[str, Any]]:
 
 
 def result_json(result: ApplyResult) -> dict[str, Any]:
+    from envlock.cli.smoke_render import result_json as smoke_json  # a smoke failure only: no-op stays lean
+
     return {
         "host": result.host,
         "venv": result.venv,
@@ -254,6 +254,8 @@ def render_text(result: ApplyResult) -> str:
         lines.append("dry run: nothing was changed")
         return "\n".join(lines)
     if result.smoke_failure is not None:
+        from envlock.cli.smoke_render import render_text as smoke_text
+
         lines += [
             "",
             smoke_text(result.smoke_failure, result.smoke_failure.seconds),

@@ -640,7 +640,11 @@ def read_lock_text(path: Path, shown: str | None = None) -> str:
 
 def read_lock(path: Path, shown: str | None = None) -> Lock:
     source = shown or str(path)
-    text = read_lock_text(path, source)
+    return lock_from_text(read_lock_text(path, source), source)
+
+
+def lock_from_text(text: str, source: str) -> Lock:
+    """A lock's text parsed and validated (``source`` names it in errors)."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,11 +1,14 @@
 """SSH hosts through the system OpenSSH client.
 
 Using the system client means ``~/.ssh/config`` aliases, keys, agents, jump
-hosts and known_hosts all work as they do for the user. One multiplexed
-connection per run (ControlMaster with a socket in a private directory,
-removed on close). The remote side runs every command through the login
-shell, so each word is quoted with ``shlex.quote``; nothing from a profile or
-a lock reaches that shell unquoted.
+hosts and known_hosts all work as they do for the user. Every command of a
+run goes over one multiplexed connection (ControlMaster), which stays open
+for ``ssh_persist`` seconds after the run for the next one to reuse, in a
+private per-user socket directory (``envlock.transport.sshcontrol``; 0: a
+connection per run, closed and its directory removed at the end). The
+remote side runs every command through the login shell, so each word is
+quoted with ``shlex.quote``; nothing from a profile or a lock reaches that
+shell unquoted.
 
 The agent is shipped once per envlock version: a small bootstrap run by the
 venv's Python finds ``~/.cache/envlock/envlock-agent-<key>/`` on the host and
@@ -15,16 +18,18 @@ connection, checked against its sha256 and unpacked atomically.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import EnvlockError, TransportError
 from envlock.hosts import HostProfile
+from envlock.transport.sshcontrol import ControlPlan, control_plan
 
 NEED_BUNDLE = 99
 BOOT = r"""
@@ -61,52 +66,59 @@ def _quote(words: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+FIXED_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15"]
+
+
 @dataclass
 class SshTransport:
     host: str
     target: str
     options: list[str]
-    control_dir: Path
+    control: ControlPlan
     bundle_key: str
     bundle_path: Path
 
     @classmethod
     def connect(cls, profile: HostProfile) -> SshTransport:
-        """Open the shared connection; fail early with a clear reason."""
+        """Reuse this profile's master connection, or open one; fail early with a clear reason."""
         from envlock.transport import bundle_key_and_bytes
 
         assert profile.ssh is not None
-        control_dir = Path(tempfile.mkdtemp(prefix="envlock-ssh-"))
-        options = [
-            "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=15",
-            "-o", "ServerAliveInterval=15",
-            "-o", f"ControlPath={control_dir}/cm",
-            *profile.ssh_args,
-        ]  # fmt: skip
+        control = control_plan(profile, FIXED_OPTIONS)
+        # envlock's options come first: ssh keeps the first value it is given,
+        # so a profile's -o ControlPath cannot move the socket elsewhere.
+        options = [*FIXED_OPTIONS, "-o", f"ControlPath={control.path}", *profile.ssh_args]
         key, path = bundle_key_and_bytes()
-        transport = cls(profile.name, profile.ssh, options, control_dir, key, path)
+        transport = cls(profile.name, profile.ssh, options, control, key, path)
+        if control.lock is None:
+            transport._start_master("yes", "yes")
+            return transport
+        with open(control.lock, "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            if not transport._master_alive():
+                # auto: ssh removes a stale socket (its master gone) before binding its own.
+                transport._start_master("auto", f"{control.persist}s")
+        return transport
+
+    def _master_alive(self) -> bool:
+        check = subprocess.run(
+            ["ssh", *self.options, "-O", "check", "--", self.target],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
+        return check.returncode == 0
+
+    def _start_master(self, master: str, persist: str) -> None:
         proc = subprocess.run(
-            [
-                "ssh",
-                *options,
-                "-o",
-                "ControlMaster=yes",
-                "-o",
-                "ControlPersist=yes",
-                "-f",
-                "-N",
-                "--",
-                profile.ssh,
-            ],
+            ["ssh", *self.options, "-o", f"ControlMaster={master}", "-o", f"ControlPersist={persist}",
+             "-f", "-N", "--", self.target],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-        )
+        )  # fmt: skip
         if proc.returncode != 0:
-            transport.close()
-            raise transport.connection_error(proc.stderr.strip().splitlines())
-        return transport
+            self.close()
+            raise self.connection_error(proc.stderr.strip().splitlines())
 
     def connection_error(self, lines: list[str]) -> EnvlockError:
         text = " ".join(lines[-3:]) if lines else "ssh failed"
@@ -178,10 +190,15 @@ class SshTransport:
         return f"remove {where} on {self.host} (envlock ships the agent again on the next run)"
 
     def close(self) -> None:
-        if (self.control_dir / "cm").exists():
+        """A shared master stays for the next run (it exits after ``ssh_persist`` idle seconds);
+        a run's own master is shut and its directory removed."""
+        if self.control.lock is not None:
+            return
+        directory = os.path.dirname(self.control.path)
+        if os.path.exists(self.control.path):
             subprocess.run(
                 ["ssh", *self.options, "-O", "exit", "--", self.target],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
             )
-        shutil.rmtree(self.control_dir, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)

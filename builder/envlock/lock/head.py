@@ -1,0 +1,83 @@
+"""The few facts of a lock a no-op apply needs, without parsing the whole lock every run.
+
+``envlock apply`` asks the host whether its venv already is the lock before
+anything else; for that it needs the lock's digest, its interpreter version,
+its pyvenv.cfg keys and its role, nothing of its packages. Parsing and
+checking a 58-package, 5,000-line lock takes about 0.1 s, a third of a
+no-op apply. So the facts of a lock that parsed and passed its digest check
+are remembered under the sha256 of the lock file's bytes
+(``~/.cache/envlock/lockheads/<sha256>.json``): the same bytes give the same
+facts and pass the same check, so reading them back is as sound as parsing
+again. A lock edited by one byte has another sha256 and is parsed and
+checked in full. The key also covers the source of the modules that parse
+and check a lock (``lock/io.py``, ``lock/model.py``, ``lock/digest.py``):
+an envlock whose checks changed does not trust what an older one found.
+The memo sits in the user's own cache, beside the agent bundles envlock
+runs, so whoever could forge it could already change what envlock runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # not imported on a memo hit: the model's classes cost more than the lookup
+    from envlock.lock.model import Lock
+
+HEAD_FORMAT = b"lockhead-1"
+CHECKING_CODE = ("io.py", "model.py", "digest.py")
+
+
+@dataclass(frozen=True, slots=True)
+class LockHead:
+    digest: str
+    python: str  # the interpreter version, "3.12.1"
+    pyvenv: dict[str, str]
+    role: str  # reference | target
+
+
+def head_of(lock: Lock) -> LockHead:
+    return LockHead(lock.digest, lock.interpreter.version, dict(lock.pyvenv), lock.role)
+
+
+def content_key(data: bytes) -> str:
+    """The memo key of a lock file's bytes, for this envlock's lock-checking code."""
+    digest = hashlib.sha256(HEAD_FORMAT)
+    here = Path(__file__).parent
+    for name in CHECKING_CODE:
+        digest.update(b"\0" + (here / name).read_bytes())
+    digest.update(b"\0" + data)
+    return digest.hexdigest()
+
+
+def recall(memo_dir: Path, key: str) -> LockHead | None:
+    """The remembered facts of the lock whose bytes have ``key``; None when unknown or unreadable."""
+    try:
+        with open(memo_dir / f"{key}.json", encoding="utf-8") as stream:
+            data = json.load(stream)
+        pyvenv = data["pyvenv"]
+        if not isinstance(pyvenv, dict) or not all(isinstance(v, str) for v in pyvenv.values()):
+            return None
+        head = LockHead(str(data["digest"]), str(data["python"]), pyvenv, str(data["role"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return head
+
+
+def remember(memo_dir: Path, key: str, head: LockHead) -> None:
+    """Best effort: a memo that cannot be written costs the next run a parse, nothing else."""
+    path = memo_dir / f"{key}.json"
+    tmp = memo_dir / f".{key}.{os.getpid()}.tmp"
+    try:
+        memo_dir.mkdir(parents=True, exist_ok=True)
+        facts = {"digest": head.digest, "python": head.python, "pyvenv": head.pyvenv, "role": head.role}
+        tmp.write_text(json.dumps(facts), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
