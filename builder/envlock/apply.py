@@ -242,6 +242,8 @@ class Wanted:
     local: Callable[[], Path]
 
     def item(self) -> Item:
+        from envlock.transfer import Item
+
         return Item(self.sha256, self.name, self.local())
 
 
