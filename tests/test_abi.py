@@ -176,7 +176,7 @@ def test_capture_records_what_each_library_takes_and_provides(fleet: Path) -> No
     assert _native(lock, "abitorch", C10).provides == TAKEN
     assert not _native(lock, "abitorch", C10).takes
     text = (fleet / "locks" / "pylock.ref.toml").read_text()
-    assert '"abi_c_entry@ABITORCH_1",' in text  # the version stays part of the symbol
+    assert "'abi_c_entry@ABITORCH_1'," in text  # the version stays part of the symbol
 
 
 def _target(fleet: Path, host: str, pins: str) -> None:
@@ -310,3 +310,44 @@ def test_symbol_lists_are_literal_strings_and_read_back_equal(tmp_path: Path) ->
     again = read_lock(tmp_path / "lock.toml")
     assert _native(again, "abikern", LIB).takes == {"abitorch": tuple(sorted(odd))}
     assert _native(again, "abitorch", C10).provides == tuple(sorted(odd))
+
+
+def _facts(soname: str, *, exported: tuple[str, ...] = (), undefined: tuple[str, ...] = ()) -> Any:
+    from envlock.binary.elf import LinkFacts
+
+    plain = frozenset(s.partition("@")[0] for s in exported)
+    return LinkFacts(
+        machine="EM_X86_64",
+        elf_class=64,
+        type="ET_DYN",
+        soname=soname,
+        needed=(),
+        rpath=(),
+        runpath=(),
+        version_needs={},
+        version_defs=(),
+        exported=plain,
+        undefined=tuple(s.partition("@")[0] for s in undefined),
+        sections=(),
+        file_size=0,
+        undefined_versioned=undefined,
+        exported_versioned=frozenset(s for s in exported if "@" in s),
+        version_files={"GLIBCXX_3.4.21": ("libstdc++.so.6",)},
+    )
+
+
+def test_a_versioned_reference_binds_only_to_the_library_its_version_names() -> None:
+    """libcufile bundles std:: symbols under GLIBCXX versions: an extension's
+    ``_ZNSt13runtime_errorC1EPKc@GLIBCXX_3.4.21`` is libstdc++'s, not nvidia-cufile's."""
+    from envlock.binary.loader import Loader
+
+    symbol = "_ZNSt13runtime_errorC1EPKc@GLIBCXX_3.4.21"
+    files = {
+        "/v/ext.so": _facts("ext.so", undefined=(symbol, "cuFileRead")),
+        "/v/nvidia/lib/libcufile.so.0": _facts("libcufile.so.0", exported=(symbol, "cuFileRead")),
+    }
+    loader = Loader(files, lambda _path: None, preload_dirs=["/v/nvidia/lib"])
+    assert loader.bindings("/v/ext.so") == {"cuFileRead": "/v/nvidia/lib/libcufile.so.0"}
+    files["/v/nvidia/lib/libstdc++.so.6"] = _facts("libstdc++.so.6", exported=(symbol,))
+    loader = Loader(files, lambda _path: None, preload_dirs=["/v/nvidia/lib"])
+    assert loader.bindings("/v/ext.so")[symbol] == "/v/nvidia/lib/libstdc++.so.6"

@@ -8,7 +8,8 @@ binds it (``envlock.binary.loader.Loader.bindings``, the engine ``envlock
 inspect`` uses): its DT_NEEDED closure, the host's system libraries
 included, then the libraries torch preloads. Only bindings from one
 distribution to another are recorded, and not a symbol the host's own
-libraries in the closure export as well (it binds whatever the venv holds). The controller turns the answer into the lock's ``takes`` and
+libraries in the closure export as well (it binds whatever the venv
+holds). The controller turns the answer into the lock's ``takes`` and
 ``provides`` (docs/lock-format.md, "ABI facts").
 """
 
