@@ -356,3 +356,23 @@ def test_capturing_again_keeps_what_was_published(ws: Workspace) -> None:
     assert again.returncode == 0, again.stderr
     assert "locks/pylock.ct129.toml: unchanged" in again.stdout, again.stdout
     assert _lock_path(ws.root, "ct129").read_bytes() == published
+
+
+def test_locking_a_target_again_keeps_what_was_published(ws: Workspace, index: Index) -> None:
+    """A target locked from an unpublished reference, then published: `envlock lock` again
+    resolves the same bytes and keeps their index URLs."""
+    _copy_unpublished(ws, "ref2")
+    write_profile(ws.root, "ref2", ws.venv, index.url)
+    (ws.root / "hosts" / "ct400.toml").write_text(
+        f'venv = "{ws.root}/venv-ct400"\nreference = "ref2"\n[target]\npython = "3.11.7"\n'
+        f'[index]\nurls = ["{index.url}"]\n'
+    )
+    assert envlock(ws.root, "lock", "ct400").returncode == 0
+    assert not _published(_lock_path(ws.root, "ct400").read_text())
+    done = envlock(ws.root, "publish", "ct400", "--index", ws.index.url, "--include-editable")
+    assert done.returncode == 0, done.stderr
+    published = _lock_path(ws.root, "ct400").read_bytes()
+    assert set(_published(published.decode())) == {"editkit", "six", "teamkernels"}
+    again = envlock(ws.root, "lock", "ct400")
+    assert again.returncode == 0, again.stderr
+    assert _lock_path(ws.root, "ct400").read_bytes() == published, again.stdout

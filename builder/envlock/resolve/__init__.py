@@ -11,7 +11,7 @@ differs from the reference, in ``assemble.py``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from envlock.changes import LockDiff, diff_locks
@@ -19,6 +19,7 @@ from envlock.errors import EnvlockError, ProfileError, ResolveError
 from envlock.hosts import HostProfile, load_profile
 from envlock.lock.io import read_lock
 from envlock.lock.model import Lock
+from envlock.lock.published import keep_published
 from envlock.resolve.memo import LockMemo
 from envlock.resolve.target import TargetEnv, target_env
 from envlock.workspace import Workspace
@@ -90,6 +91,7 @@ def lock_host(
         store=store,
         lock_dir=workspace.locks_dir,
     )
+    lock = replace(lock, packages=tuple(keep_published(_on_disk(workspace, host), lock.packages)))
     if check:
         same = workspace.lock_is_current(host, lock, manifest)
         staleness, unreadable = (None, None) if same else _against_disk(workspace, host, lock)
@@ -108,6 +110,14 @@ def lock_host(
     return LockResult(
         lock=lock, env=env, deviations=deviations, changed=written, stale=False, written=written
     )
+
+
+def _on_disk(workspace: Workspace, host: str) -> Lock | None:
+    """The host's lock as it is now (for what ``envlock publish`` did to it); None if unreadable."""
+    try:
+        return workspace.read_lock(host)
+    except EnvlockError:
+        return None
 
 
 def _against_disk(workspace: Workspace, host: str, fresh: Lock) -> tuple[LockDiff | None, str | None]:
