@@ -14,8 +14,11 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import tomllib
 from dataclasses import dataclass, replace
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -376,3 +379,47 @@ def test_locking_a_target_again_keeps_what_was_published(ws: Workspace, index: I
     again = envlock(ws.root, "lock", "ct400")
     assert again.returncode == 0, again.stderr
     assert _lock_path(ws.root, "ct400").read_bytes() == published, again.stdout
+
+
+def test_an_index_listing_a_non_http_url_is_refused(ws: Workspace, tmp_path: Path) -> None:
+    """The URL a simple page gives goes into the lock: a server's file:// link never does."""
+    _copy_unpublished(ws, "ct135")
+    pkg = read_lock(_lock_path(ws.root, "ct135")).package("teamkernels")
+    assert pkg is not None
+    page = tmp_path / "simple" / "teamkernels"
+    page.mkdir(parents=True)
+    href = f"file:///etc/{pkg.wheel.filename}#sha256={pkg.wheel.sha256}"
+    (page / "index.html").write_text(f'<a href="{href}">{pkg.wheel.filename}</a>\n')
+    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        check = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+        proc = envlock(
+            ws.root, "publish", "ct135", "--index", ws.index.url, "--check-url", check, "--dry-run"
+        )
+        server.shutdown()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{pkg.wheel.filename}: index {ws.index.url} lists it at 'file:///etc/" in proc.stderr, proc.stderr
+
+
+def test_the_index_comes_from_the_flag_or_envlock_toml(ws: Workspace, tmp_path: Path) -> None:
+    root = tmp_path / "clone"
+    (root / "hosts").mkdir(parents=True)
+    (root / "locks").mkdir()
+    for name in ("pylock.ct129.toml", "pylock.ct129.files.tsv"):
+        shutil.copy(ws.root / "locks" / name, root / "locks" / name)
+    missing = envlock(root, "publish", "ct129")
+    assert missing.returncode == 2
+    assert (
+        "no index to publish to: give --index URL, or set [publish] index in envlock.toml" in missing.stderr
+    )
+    (root / "envlock.toml").write_text('[publish]\nindex = "ftp://devpi.internal/team/prod/"\n')
+    bad = envlock(root, "publish", "ct129")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "envlock: error: envlock.toml: publish.index: expected an http(s) URL, got 'ftp://devpi.internal/team/prod/'"
+    )
+    (root / "envlock.toml").write_text(f'[publish]\nindex = "{ws.index.url}"\n')
+    configured = envlock(root, "publish", "ct129", "--format", "json")  # every wheel published already
+    assert configured.returncode == 0, configured.stderr
+    assert json.loads(configured.stdout)["result"]["index"] == ws.index.url
