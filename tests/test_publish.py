@@ -9,6 +9,7 @@ index's contents matter, an index of its own.
 
 from __future__ import annotations
 
+import email.parser
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import threading
 import tomllib
+import zipfile
 from dataclasses import dataclass, replace
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -128,6 +130,14 @@ def test_publish_uploads_the_store_wheels_byte_for_byte(ws: Workspace) -> None:
         # the index serves the store's bytes exactly, so the lock's hash holds
         assert hashlib.sha256(served.content).hexdigest() == wheel["hashes"]["sha256"]
         assert ws.store_sha256[wheel["name"]] == wheel["hashes"]["sha256"]
+    # the upload carried the wheel's core metadata, as twine sends it
+    six_store = ws.root / "locks" / published["six"]["tool"]["envlock"]["published-from"]["path"]
+    with zipfile.ZipFile(six_store) as archive:
+        meta = email.parser.Parser().parsestr(archive.read("six-1.17.0.dist-info/METADATA").decode())
+    project = requests.get(f"{ws.index.url}six", headers={"Accept": "application/json"}, timeout=30)
+    release = project.json()["result"]["1.17.0"]
+    assert (release["summary"], release["requires_python"]) == (meta["Summary"], meta["Requires-Python"])
+    assert release["classifiers"] == meta.get_all("Classifier") and release["classifiers"]
     # untouched: index packages, the digest, the manifest; the live venv still verifies byte for byte
     lock = read_lock(_lock_path(ws.root, "ct129"))
     assert lock.digest == read_lock_bytes(ws.lock_before).digest
