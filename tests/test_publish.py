@@ -277,6 +277,16 @@ def test_other_bytes_under_the_same_name_are_refused(ws: Workspace, devpi: Devpi
         f"envlock: error: {pkg.wheel.filename}: index {clash.url} already holds other bytes"
     )
     assert _lock_path(ws.root, "ct134").read_bytes() == ws.lock_before
+    # an index whose simple page does not list what it accepted (six went up in the run above;
+    # --check-url names another index): nothing is pointed at a URL the page did not give
+    empty = devpi.index("team", "empty")
+    blind = envlock(
+        ws.root, "publish", "ct134", "--index", clash.url, "--check-url", empty.simple, env=_twine(clash)
+    )
+    assert blind.returncode == 2, blind.stdout + blind.stderr
+    six = "six-1.17.0-py2.py3-none-any.whl"
+    assert f"index {clash.url}: accepted {six} but does not list it at {empty.simple}" in blind.stderr
+    assert _lock_path(ws.root, "ct134").read_bytes() == ws.lock_before
 
 
 def test_review_calls_publishing_a_provenance_note(ws: Workspace) -> None:
