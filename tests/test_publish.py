@@ -9,13 +9,18 @@ index's contents matter, an index of its own.
 
 from __future__ import annotations
 
+import email.parser
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import threading
 import tomllib
+import zipfile
 from dataclasses import dataclass, replace
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +130,14 @@ def test_publish_uploads_the_store_wheels_byte_for_byte(ws: Workspace) -> None:
         # the index serves the store's bytes exactly, so the lock's hash holds
         assert hashlib.sha256(served.content).hexdigest() == wheel["hashes"]["sha256"]
         assert ws.store_sha256[wheel["name"]] == wheel["hashes"]["sha256"]
+    # the upload carried the wheel's core metadata, as twine sends it
+    six_store = ws.root / "locks" / published["six"]["tool"]["envlock"]["published-from"]["path"]
+    with zipfile.ZipFile(six_store) as archive:
+        meta = email.parser.Parser().parsestr(archive.read("six-1.17.0.dist-info/METADATA").decode())
+    project = requests.get(f"{ws.index.url}six", headers={"Accept": "application/json"}, timeout=30)
+    release = project.json()["result"]["1.17.0"]
+    assert (release["summary"], release["requires_python"]) == (meta["Summary"], meta["Requires-Python"])
+    assert release["classifiers"] == meta.get_all("Classifier") and release["classifiers"]
     # untouched: index packages, the digest, the manifest; the live venv still verifies byte for byte
     lock = read_lock(_lock_path(ws.root, "ct129"))
     assert lock.digest == read_lock_bytes(ws.lock_before).digest
@@ -179,13 +192,19 @@ def test_apply_fetches_the_published_wheels_from_the_index(ws: Workspace, tmp_pa
     shutil.copy(_lock_path(ws.root, "ct129"), _lock_path(ws.root, "ct300"))
     shutil.copy(ws.root / "locks" / "pylock.ct129.files.tsv", ws.root / "locks" / "pylock.ct300.files.tsv")
     env = {"ENVLOCK_STORE": str(store)}
-    applied = envlock(ws.root, "apply", "ct300", env=env)
+    applied = envlock(ws.root, "apply", "ct300", "--format", "json", env=env)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    result = json.loads(applied.stdout)["result"]
+    # The host reaches the index, so it fetches the published wheels itself (docs/store.md,
+    # "Hosts pull"), each checked against the lock's sha256 before it takes its name.
     lock = read_lock(_lock_path(ws.root, "ct300"))
-    for name in ("six", "teamkernels"):
-        wheel = lock.package(name).wheel  # type: ignore[union-attr]
-        fetched = store / "wheels" / wheel.sha256 / wheel.filename
-        assert hashlib.sha256(fetched.read_bytes()).hexdigest() == wheel.sha256
+    published = [p for p in lock.packages if p.source == "published" and p.name in ("six", "teamkernels")]
+    assert len(published) == 2
+    assert result["pull_failures"] == [], result
+    # the controller never had them: they came from the index (this run's pull, or an earlier
+    # run's in the host's content-addressed drop), never from the store
+    for pkg in published:
+        assert not (store / "wheels" / pkg.wheel.sha256).exists()
     assert (venv / "lib" / "python3.11" / "site-packages" / "six.py").read_bytes().endswith(PATCH)
     verify = envlock(ws.root, "verify", "ct300", env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -263,6 +282,16 @@ def test_other_bytes_under_the_same_name_are_refused(ws: Workspace, devpi: Devpi
     assert line.startswith(
         f"envlock: error: {pkg.wheel.filename}: index {clash.url} already holds other bytes"
     )
+    assert _lock_path(ws.root, "ct134").read_bytes() == ws.lock_before
+    # an index whose simple page does not list what it accepted (six went up in the run above;
+    # --check-url names another index): nothing is pointed at a URL the page did not give
+    empty = devpi.index("team", "empty")
+    blind = envlock(
+        ws.root, "publish", "ct134", "--index", clash.url, "--check-url", empty.simple, env=_twine(clash)
+    )
+    assert blind.returncode == 2, blind.stdout + blind.stderr
+    six = "six-1.17.0-py2.py3-none-any.whl"
+    assert f"index {clash.url}: accepted {six} but does not list it at {empty.simple}" in blind.stderr
     assert _lock_path(ws.root, "ct134").read_bytes() == ws.lock_before
 
 
@@ -356,3 +385,68 @@ def test_capturing_again_keeps_what_was_published(ws: Workspace) -> None:
     assert again.returncode == 0, again.stderr
     assert "locks/pylock.ct129.toml: unchanged" in again.stdout, again.stdout
     assert _lock_path(ws.root, "ct129").read_bytes() == published
+
+
+def test_locking_a_target_again_keeps_what_was_published(ws: Workspace, index: Index) -> None:
+    """A target locked from an unpublished reference, then published: `envlock lock` again
+    resolves the same bytes and keeps their index URLs."""
+    _copy_unpublished(ws, "ref2")
+    write_profile(ws.root, "ref2", ws.venv, index.url)
+    (ws.root / "hosts" / "ct400.toml").write_text(
+        f'venv = "{ws.root}/venv-ct400"\nreference = "ref2"\n[target]\npython = "3.11.7"\n'
+        f'[index]\nurls = ["{index.url}"]\n'
+    )
+    assert envlock(ws.root, "lock", "ct400").returncode == 0
+    assert not _published(_lock_path(ws.root, "ct400").read_text())
+    done = envlock(ws.root, "publish", "ct400", "--index", ws.index.url, "--include-editable")
+    assert done.returncode == 0, done.stderr
+    published = _lock_path(ws.root, "ct400").read_bytes()
+    assert set(_published(published.decode())) == {"editkit", "six", "teamkernels"}
+    again = envlock(ws.root, "lock", "ct400")
+    assert again.returncode == 0, again.stderr
+    assert _lock_path(ws.root, "ct400").read_bytes() == published, again.stdout
+
+
+def test_an_index_listing_a_non_http_url_is_refused(ws: Workspace, tmp_path: Path) -> None:
+    """The URL a simple page gives goes into the lock: a server's file:// link never does."""
+    _copy_unpublished(ws, "ct135")
+    pkg = read_lock(_lock_path(ws.root, "ct135")).package("teamkernels")
+    assert pkg is not None
+    page = tmp_path / "simple" / "teamkernels"
+    page.mkdir(parents=True)
+    href = f"file:///etc/{pkg.wheel.filename}#sha256={pkg.wheel.sha256}"
+    (page / "index.html").write_text(f'<a href="{href}">{pkg.wheel.filename}</a>\n')
+    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        check = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+        proc = envlock(
+            ws.root, "publish", "ct135", "--index", ws.index.url, "--check-url", check, "--dry-run"
+        )
+        server.shutdown()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{pkg.wheel.filename}: index {ws.index.url} lists it at 'file:///etc/" in proc.stderr, proc.stderr
+
+
+def test_the_index_comes_from_the_flag_or_envlock_toml(ws: Workspace, tmp_path: Path) -> None:
+    root = tmp_path / "clone"
+    (root / "hosts").mkdir(parents=True)
+    (root / "locks").mkdir()
+    for name in ("pylock.ct129.toml", "pylock.ct129.files.tsv"):
+        shutil.copy(ws.root / "locks" / name, root / "locks" / name)
+    missing = envlock(root, "publish", "ct129")
+    assert missing.returncode == 2
+    assert (
+        "no index to publish to: give --index URL, or set [publish] index in envlock.toml" in missing.stderr
+    )
+    (root / "envlock.toml").write_text('[publish]\nindex = "ftp://devpi.internal/team/prod/"\n')
+    bad = envlock(root, "publish", "ct129")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "envlock: error: envlock.toml: publish.index: expected an http:// or https:// URL "
+        "without query or fragment, got 'ftp://devpi.internal/team/prod/'"
+    )
+    (root / "envlock.toml").write_text(f'[publish]\nindex = "{ws.index.url}"\n')
+    configured = envlock(root, "publish", "ct129", "--format", "json")  # every wheel published already
+    assert configured.returncode == 0, configured.stderr
+    assert json.loads(configured.stdout)["result"]["index"] == ws.index.url

@@ -56,6 +56,8 @@ class StoreConfig:
 @dataclass(frozen=True, slots=True)
 class PublishConfig:
     index: str | None = None  # the private index `envlock publish` uploads to (ends in "/")
+    # the index's simple page, when it is not the upload URL's ``+simple/`` or ``simple/``
+    check_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ class WorkspaceConfig:
     publish: PublishConfig = PublishConfig()
 
 
-_TABLES: dict[str, set[str]] = {"store": {"url", "push"}, "publish": {"index"}}
+_TABLES: dict[str, set[str]] = {"store": {"url", "push"}, "publish": {"index", "check-url"}}
 
 
 def load_config(root: Path) -> WorkspaceConfig:
@@ -102,13 +104,17 @@ def parse_config(table: dict[str, Any], root: Path, path: Path | None = None) ->
     url = _string(store, "store.url")
     push = _string(store, "store.push")
     index = _string(publish, "publish.index")
+    check_url = _string(publish, "publish.check-url")
     return WorkspaceConfig(
         path=path,
         store=StoreConfig(
             url=_read_url(url, root) if url is not None else None,
             push=_push_target(push, root) if push is not None else None,
         ),
-        publish=PublishConfig(index=_http_url(index, "publish.index") if index is not None else None),
+        publish=PublishConfig(
+            index=_http_url(index, "publish.index") if index is not None else None,
+            check_url=_http_url(check_url, "publish.check-url") if check_url is not None else None,
+        ),
     )
 
 

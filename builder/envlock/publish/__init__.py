@@ -162,8 +162,9 @@ def _publish_one(
     art = pkg.wheel
     listed = index.listed(pkg.name).get(art.filename)
     if listed is not None:
+        url = _index_file_url(index, art, listed.url)
         _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
-        return "present", listed.url
+        return "present", url
     if dry_run:
         return "upload", None
     path = fetch_one(store, lock_dir, pkg).path  # the store copy, its sha256 checked against the lock
@@ -177,8 +178,17 @@ def _publish_one(
             f"index {index.shown}: {'accepted' if answer == 'uploaded' else 'refused'} {art.filename} "
             f"but does not list it at {redact(index.check_url)}"
         )
+    url = _index_file_url(index, art, listed.url)
     _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
-    return ("uploaded" if answer == "uploaded" else "present"), listed.url
+    return ("uploaded" if answer == "uploaded" else "present"), url
+
+
+def _index_file_url(index: PrivateIndex, art: Artifact, url: str) -> str:
+    """The URL the index lists for a file, as the lock will name it: http(s) only (it is the
+    server's word, and apply and uv fetch it)."""
+    if not url.startswith(("http://", "https://")) or not url.isprintable():
+        raise PublishError(f"{art.filename}: index {index.shown} lists it at {url!r}, not an http(s) URL")
+    return url
 
 
 def _same_bytes(index: PrivateIndex, art: Artifact, listed_sha256: str) -> None:

@@ -79,13 +79,15 @@ def wheel_fields(path: Path, filename: str) -> list[tuple[str, str]]:
     if canonicalize_name(message.get("Name", "")) != name:
         raise PublishError(f"{filename}: METADATA names {message.get('Name')!r}, the file name {name!r}")
     fields: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for header, value in message.items():
         key = header.lower().replace("-", "_")
         key = _FIELD_NAMES.get(key, key)
-        if key == "metadata_version" or key in _MULTIPLE or key not in {k for k, _ in fields}:
+        if key in _MULTIPLE or key not in seen:  # a repeated single-valued header: the first counts
             fields.append((key, str(value)))
+            seen.add(key)
     body = message.get_payload()
-    if isinstance(body, str) and body.strip() and "description" not in {k for k, _ in fields}:
+    if isinstance(body, str) and body.strip() and "description" not in seen:
         fields.append(("description", body))
     pyversions = sorted({tag.interpreter for tag in tags})
     fields.append(("pyversion", ".".join(pyversions)))

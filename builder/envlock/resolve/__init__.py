@@ -11,7 +11,7 @@ differs from the reference, in ``assemble.py``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from envlock.errors import EnvlockError, ProfileError, ResolveError
@@ -98,6 +98,9 @@ def lock_host(
         lock_dir=workspace.locks_dir,
     )
     _check_abi(profile, reference, lock)
+    from envlock.lock.published import keep_published
+
+    lock = replace(lock, packages=tuple(keep_published(_on_disk(workspace, host), lock.packages)))
     if check:
         same = workspace.lock_is_current(host, lock, manifest)
         staleness, unreadable = (None, None) if same else _against_disk(workspace, host, lock)
@@ -125,6 +128,14 @@ def lock_host(
         stale=False,
         written=written,
     )
+
+
+def _on_disk(workspace: Workspace, host: str) -> Lock | None:
+    """The host's lock as it is now (for what ``envlock publish`` did to it); None if unreadable."""
+    try:
+        return workspace.read_lock(host)
+    except EnvlockError:
+        return None
 
 
 def _against_disk(workspace: Workspace, host: str, fresh: Lock) -> tuple[LockDiff | None, str | None]:
