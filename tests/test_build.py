@@ -197,6 +197,30 @@ def test_a_lock_for_another_cuda_major_exits_2(tmp_path: Path) -> None:
     assert "is CUDA 13.0: install the CUDA 12 toolkit" in line
 
 
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        # the reference's GPU (9.0 here) is not the host's: never built for by default
+        ("", "hosts/ct601.toml: no [gpu] cc and no host lock that records a GPU: pass --gpu"),
+        (
+            '[gpu]\ncc = ["12.0"]\n[target]\npython = "3.12.1"\n',
+            "hosts/ct601.toml: target.python 3.12.1, but the build would be pinned by "
+            "locks/pylock.ref90.toml (Python 3.11.9)",
+        ),
+    ],
+)
+def test_the_reference_lock_pins_only_what_it_can_say_about_the_host(
+    tmp_path: Path, profile: str, message: str
+) -> None:
+    root = tmp_path / "fleet"
+    write_lock_files(root / "locks", make_lock("ref90", [pkg("gpukern", "1.0")], cc=["9.0"]))
+    (root / "hosts").mkdir()
+    (root / "hosts" / "ct601.toml").write_text(f'venv = "{root}/v"\nreference = "ref90"\n{profile}')
+    proc = envlock(root, "build", "gpukern", "--host", "ct601")
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr
+
+
 def _sdist_index(tmp_path: Path, sdist: Path) -> str:
     url = build_simple_index(tmp_path / "idx", [registry_wheel(SETUPTOOLS)])
     files = tmp_path / "idx" / "files"
@@ -249,7 +273,9 @@ def test_a_failed_build_keeps_its_directory_and_a_rerun_resumes(seed: Seed, tmp_
         tmp_path / "s",
         "flaky",
         "1.0",
-        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'), "setup.py": setup,
+        # a build requirement whose marker is false for the host's Python: not wanted
+        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61", "nosuchdep; python_version < \'3\'"'),
+         "setup.py": setup,
          "flaky/__init__.py": ""},
     )  # fmt: skip
     _host(seed, "ct504", index=_sdist_index(tmp_path, sdist))

@@ -79,7 +79,11 @@ def build_package(
 
     profile = load_profile(workspace, host)
     lock, lock_shown = _pinning_lock(workspace, host, profile.reference)
-    ccs = _gpus(gpu, profile.gpu.cc if profile.gpu else (), lock, workspace.shown(profile.path))
+    own = lock.host == host  # the host's own lock, not its reference's (another GPU, maybe another Python)
+    profile_shown = workspace.shown(profile.path)
+    ccs = _gpus(gpu, profile.gpu.cc if profile.gpu else (), lock if own else None, profile_shown)
+    if not own and profile.target is not None:
+        _same_python(profile.target.python, lock, lock_shown, profile_shown)
     sms = tuple(cc.replace(".", "") for cc in ccs)
     toolchain = find_toolchain(sms, lock, lock_shown)
     python = python_for(lock.interpreter.version)
@@ -184,7 +188,21 @@ def _pinning_lock(workspace: Workspace, host: str, reference: str | None) -> tup
     return workspace.read_lock(reference), workspace.shown(workspace.lock_path(reference))
 
 
-def _gpus(asked: str | None, profile_cc: tuple[str, ...], lock: Lock, profile_shown: str) -> tuple[str, ...]:
+def _same_python(target: str, lock: Lock, lock_shown: str, profile_shown: str) -> None:
+    """The reference's wheels pin the build only for a host of the reference's Python minor
+    version: a cp311 torch does not install on 3.12, and the wheel would not fit the host."""
+    minor = ".".join(target.split(".")[:2])
+    if minor != lock.interpreter.major_minor:
+        raise ProfileError(
+            f"{profile_shown}: target.python {target}, but the build would be pinned by {lock_shown} "
+            f"(Python {lock.interpreter.version}): envlock builds against a lock of the host's Python; "
+            "lock the host without the package first, or build on a host lock"
+        )
+
+
+def _gpus(
+    asked: str | None, profile_cc: tuple[str, ...], lock: Lock | None, profile_shown: str
+) -> tuple[str, ...]:
     if asked is not None:
         ccs = tuple(c.strip() for c in asked.split(",") if c.strip())
         bad = [c for c in ccs if not _CC.match(c)]
@@ -193,10 +211,10 @@ def _gpus(asked: str | None, profile_cc: tuple[str, ...], lock: Lock, profile_sh
         return ccs
     if profile_cc:
         return tuple(profile_cc)
-    if lock.gpu is not None and lock.gpu.ccs:
+    if lock is not None and lock.gpu is not None and lock.gpu.ccs:
         return lock.gpu.ccs
     raise ProfileError(
-        f"{profile_shown}: no [gpu] cc and the lock records no GPU: pass --gpu (e.g. --gpu 12.0)"
+        f"{profile_shown}: no [gpu] cc and no host lock that records a GPU: pass --gpu (e.g. --gpu 12.0)"
     )
 
 
