@@ -304,3 +304,21 @@ def test_a_forged_build_record_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BuildRecordError, match=r"builds/abab.*\.json: toolchain: missing"):
         read_record(store, sha)
     assert read_record(store, "../../etc/passwd") is None
+
+
+def test_review_warns_of_a_built_wheel_and_never_calls_it_tampered() -> None:
+    """A built wheel keeps the file name an index wheel could have: a local build (warn),
+    not "same name, different bytes" (block)."""
+    from dataclasses import replace
+
+    from envlock.changes import PackageChange
+    from envlock.review.findings import package_findings
+
+    index = pkg("kern", "1.0")
+    reason = "built for sm_120: no index wheel has sm_120 SASS or PTX"
+    built = replace(pkg("kern", "1.0", source="repacked", label="sm120"), source="built", reason=reason)
+    assert index.wheel.filename == built.wheel.filename and index.wheel.sha256 != built.wheel.sha256
+    found = package_findings(PackageChange("kern", "artifact", index, built), ("12.0",), None)
+    assert [(f.code, f.severity, f.detail) for f in found] == [
+        ("local-build", "warn", f"locally built or modified package changed: {reason}")
+    ]
