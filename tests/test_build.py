@@ -164,6 +164,8 @@ def test_the_seed_story_sm120_end_to_end(seed: Seed, tmp_path: Path) -> None:
         text=True,
     )
     assert loaded.stdout.strip() == "7", loaded.stderr
+    verified = envlock(root, "verify", "ct500")  # the live venv is its lock, file by file
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     inspected = envlock(root, "inspect", str(venv), "--gpu", "12.0", "--format", "json")
     assert inspected.returncode == 0, inspected.stdout
     result = json.loads(inspected.stdout)["result"]
