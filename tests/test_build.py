@@ -281,19 +281,27 @@ def test_a_failed_build_keeps_its_directory_and_a_rerun_resumes(seed: Seed, tmp_
          "flaky/__init__.py": ""},
     )  # fmt: skip
     _host(seed, "ct504", index=_sdist_index(tmp_path, sdist))
-    failed = envlock(seed.root, "build", "flaky", "--host", "ct504")
+    # --with: an undeclared build dependency, taken from the lock (ct129's gpukern wheel)
+    failed = envlock(seed.root, "build", "flaky", "--host", "ct504", "--with", "gpukern")
     assert failed.returncode == 2
     message = failed.stderr.strip()
     assert "the build failed (exit 1); build directory kept, log: " in message, message
     log = Path(message.rsplit("log: ", 1)[1])
     assert log.is_file() and "the build tree is not ready" in log.read_text()
     go.touch()
-    again = _build_json(envlock(seed.root, "build", "flaky", "--host", "ct504", "--format", "json"))
+    again = _build_json(
+        envlock(seed.root, "build", "flaky", "--host", "ct504", "--with", "gpukern", "--format", "json")
+    )
     assert again["reused_environment"] is True
     record = read_record(Store(seed.root / "store"), again["sha256"])
     assert record is not None and record.log_sha256 is not None
     text = (seed.root / "store" / "blobs" / record.log_sha256[:2] / record.log_sha256).read_text()
     assert "build run 2" in text  # the same tree, resumed (its runs.txt kept)
+    ct129 = read_lock(seed.root / "locks" / "pylock.ct129.toml").package("gpukern")
+    assert ct129 is not None
+    assert [(i.role, i.name, i.version, i.sha256) for i in record.inputs if i.name == "gpukern"] == [
+        ("locked", "gpukern", "1.0+cu126", ct129.wheel.sha256)
+    ]
     assert not log.parent.exists()  # removed once the build passed
     assert again["notes"] == ["the wheel carries no GPU code"]
 
