@@ -172,6 +172,20 @@ def test_the_seed_story_sm120_end_to_end(seed: Seed, tmp_path: Path) -> None:
     verdicts = {lib["path"]: lib["verdict"] for lib in result["libraries"]}
     assert verdicts["gpukern/_k.so"] == "native" and result["verdict"] == "native"
 
+    # Round trip (docs/lock-format.md): the live venv's packages diff clean against the lock, and a
+    # capture of the host reads the built wheel back as built, by the same path and sha256.
+    live = envlock(root, "diff", "ct500", "live:ct500")
+    # (the offline [target] lock cannot know the host interpreter's path: pyvenv `home` differs)
+    assert "ct500 -> live:ct500: no package changes; 1 identical" in live.stdout, live.stdout
+    assert envlock(root, "capture", "ct500").returncode == 0
+    captured = read_lock(root / "locks" / "pylock.ct500.toml").package("gpukern")
+    assert captured is not None and captured.source == "built"
+    assert (captured.version, captured.wheel.path, captured.wheel.sha256) == (
+        kern.version,
+        kern.wheel.path,
+        kern.wheel.sha256,
+    )
+
 
 def test_no_nvcc_exits_2_naming_it(seed: Seed) -> None:
     _host(seed, "ct501")
