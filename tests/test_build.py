@@ -205,7 +205,9 @@ def test_a_lock_for_another_cuda_major_exits_2(tmp_path: Path) -> None:
     runtime = pkg("nvidia-cuda-runtime-cu12", "12.8.90")
     write_lock_files(root / "locks", make_lock("cu12ref", [runtime, pkg("gpukern", "1.0")], cc=["12.0"]))
     (root / "hosts").mkdir()
-    (root / "hosts" / "ct600.toml").write_text(f'venv = "{root}/v"\nreference = "cu12ref"\n')
+    (root / "hosts" / "ct600.toml").write_text(
+        f'venv = "{root}/v"\nreference = "cu12ref"\n[gpu]\ncc = ["12.0"]\n'
+    )
     proc = envlock(root, "build", "gpukern", "--host", "ct600")
     assert proc.returncode == 2
     line = proc.stderr.strip()
