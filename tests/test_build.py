@@ -348,3 +348,24 @@ def test_review_warns_of_a_built_wheel_and_never_calls_it_tampered() -> None:
     assert [(f.code, f.severity, f.detail) for f in found] == [
         ("local-build", "warn", f"locally built or modified package changed: {reason}")
     ]
+
+
+def test_a_backend_that_writes_another_projects_wheel_is_refused(seed: Seed, tmp_path: Path) -> None:
+    """A build of one sdist must not plant a wheel of another project in the store."""
+    from build_helpers import PYPROJECT, write_sdist
+
+    setup = "from setuptools import setup\nsetup(name='torch', version='9.9', py_modules=[])\n"
+    sdist = write_sdist(
+        tmp_path / "s",
+        "planter",
+        "1.0",
+        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'), "setup.py": setup},
+    )
+    _host(seed, "ct505", index=_sdist_index(tmp_path, sdist))
+    proc = envlock(seed.root, "build", "planter", "--host", "ct505")
+    assert proc.returncode == 2
+    assert (
+        "the backend wrote torch-9.9-py3-none-any.whl, a wheel of torch 9.9, from the sdist of planter 1.0"
+        in (proc.stderr)
+    )
+    assert not list((seed.root / "store" / "wheels").glob("*/torch-*.whl"))

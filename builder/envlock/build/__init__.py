@@ -30,9 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
 from envlock.build.check import LibraryVerdict, check_wheel
 from envlock.build.env import PinPlanner, make_env, python_for
-from envlock.build.runner import arch_flags, build_env, run_backend
+from envlock.build.runner import BuildFailed, arch_flags, build_env, run_backend
 from envlock.build.sdist import build_system, fetch_sdist, find_sdist, unpack
 from envlock.build.toolchain import find_toolchain
 from envlock.buildrecord import BuildInput, BuildRecord, record_path, write_record
@@ -133,6 +136,7 @@ def build_package(
         on_line=lambda n, line: reporter.progress("build", n, 0, line),
     )
     lap("build")
+    _is_the_sdists_wheel(wheel, sdist.name, sdist.version, log)
     reporter.step(f"check {wheel.name} on {', '.join(ccs)}")
     libraries = check_wheel(wheel, build_dir / "env", ccs, log)
     lap("check")
@@ -173,6 +177,22 @@ def build_package(
     written = write_record(store, record)
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(record, stored, written, build_dir, reused, tuple(libraries))
+
+
+def _is_the_sdists_wheel(wheel: Path, name: str, version: str, log: Path) -> None:
+    """The backend names the wheel; a wheel of another project (or version) would enter the
+    store as a built candidate for it: a build of ``gpukern`` must not plant a ``torch``."""
+    try:
+        got_name, got_version, _build, _tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise BuildFailed(
+            f"the backend wrote {wheel.name!r}, not a wheel file name ({exc}); log: {log}"
+        ) from exc
+    if got_name != canonicalize_name(name) or got_version != Version(version):
+        raise BuildFailed(
+            f"the backend wrote {wheel.name}, a wheel of {got_name} {got_version}, "
+            f"from the sdist of {name} {version}; log: {log}"
+        )
 
 
 def _pinning_lock(workspace: Workspace, host: str, reference: str | None) -> tuple[Lock, str]:
