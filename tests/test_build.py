@@ -164,11 +164,27 @@ def test_the_seed_story_sm120_end_to_end(seed: Seed, tmp_path: Path) -> None:
         text=True,
     )
     assert loaded.stdout.strip() == "7", loaded.stderr
+    verified = envlock(root, "verify", "ct500")  # the live venv is its lock, file by file
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     inspected = envlock(root, "inspect", str(venv), "--gpu", "12.0", "--format", "json")
     assert inspected.returncode == 0, inspected.stdout
     result = json.loads(inspected.stdout)["result"]
     verdicts = {lib["path"]: lib["verdict"] for lib in result["libraries"]}
     assert verdicts["gpukern/_k.so"] == "native" and result["verdict"] == "native"
+
+    # Round trip (docs/lock-format.md): the live venv's packages diff clean against the lock, and a
+    # capture of the host reads the built wheel back as built, by the same path and sha256.
+    live = envlock(root, "diff", "ct500", "live:ct500")
+    # (the offline [target] lock cannot know the host interpreter's path: pyvenv `home` differs)
+    assert "ct500 -> live:ct500: no package changes; 1 identical" in live.stdout, live.stdout
+    assert envlock(root, "capture", "ct500").returncode == 0
+    captured = read_lock(root / "locks" / "pylock.ct500.toml").package("gpukern")
+    assert captured is not None and captured.source == "built"
+    assert (captured.version, captured.wheel.path, captured.wheel.sha256) == (
+        kern.version,
+        kern.wheel.path,
+        kern.wheel.sha256,
+    )
 
 
 def test_no_nvcc_exits_2_naming_it(seed: Seed) -> None:
@@ -189,12 +205,38 @@ def test_a_lock_for_another_cuda_major_exits_2(tmp_path: Path) -> None:
     runtime = pkg("nvidia-cuda-runtime-cu12", "12.8.90")
     write_lock_files(root / "locks", make_lock("cu12ref", [runtime, pkg("gpukern", "1.0")], cc=["12.0"]))
     (root / "hosts").mkdir()
-    (root / "hosts" / "ct600.toml").write_text(f'venv = "{root}/v"\nreference = "cu12ref"\n')
+    (root / "hosts" / "ct600.toml").write_text(
+        f'venv = "{root}/v"\nreference = "cu12ref"\n[gpu]\ncc = ["12.0"]\n'
+    )
     proc = envlock(root, "build", "gpukern", "--host", "ct600")
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert "locks/pylock.cu12ref.toml pins CUDA 12 wheels (nvidia-cuda-runtime-cu12 12.8.90)" in line
     assert "is CUDA 13.0: install the CUDA 12 toolkit" in line
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        # the reference's GPU (9.0 here) is not the host's: never built for by default
+        ("", "hosts/ct601.toml: no [gpu] cc and no host lock that records a GPU: pass --gpu"),
+        (
+            '[gpu]\ncc = ["12.0"]\n[target]\npython = "3.12.1"\n',
+            "hosts/ct601.toml: target.python 3.12.1, but the build would be pinned by "
+            "locks/pylock.ref90.toml (Python 3.11.9)",
+        ),
+    ],
+)
+def test_the_reference_lock_pins_only_what_it_can_say_about_the_host(
+    tmp_path: Path, profile: str, message: str
+) -> None:
+    root = tmp_path / "fleet"
+    write_lock_files(root / "locks", make_lock("ref90", [pkg("gpukern", "1.0")], cc=["9.0"]))
+    (root / "hosts").mkdir()
+    (root / "hosts" / "ct601.toml").write_text(f'venv = "{root}/v"\nreference = "ref90"\n{profile}')
+    proc = envlock(root, "build", "gpukern", "--host", "ct601")
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr
 
 
 def _sdist_index(tmp_path: Path, sdist: Path) -> str:
@@ -249,23 +291,33 @@ def test_a_failed_build_keeps_its_directory_and_a_rerun_resumes(seed: Seed, tmp_
         tmp_path / "s",
         "flaky",
         "1.0",
-        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'), "setup.py": setup,
+        # a build requirement whose marker is false for the host's Python: not wanted
+        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61", "nosuchdep; python_version < \'3\'"'),
+         "setup.py": setup,
          "flaky/__init__.py": ""},
     )  # fmt: skip
     _host(seed, "ct504", index=_sdist_index(tmp_path, sdist))
-    failed = envlock(seed.root, "build", "flaky", "--host", "ct504")
+    # --with: an undeclared build dependency, taken from the lock (ct129's gpukern wheel)
+    failed = envlock(seed.root, "build", "flaky", "--host", "ct504", "--with", "gpukern")
     assert failed.returncode == 2
     message = failed.stderr.strip()
     assert "the build failed (exit 1); build directory kept, log: " in message, message
     log = Path(message.rsplit("log: ", 1)[1])
     assert log.is_file() and "the build tree is not ready" in log.read_text()
     go.touch()
-    again = _build_json(envlock(seed.root, "build", "flaky", "--host", "ct504", "--format", "json"))
+    again = _build_json(
+        envlock(seed.root, "build", "flaky", "--host", "ct504", "--with", "gpukern", "--format", "json")
+    )
     assert again["reused_environment"] is True
     record = read_record(Store(seed.root / "store"), again["sha256"])
     assert record is not None and record.log_sha256 is not None
     text = (seed.root / "store" / "blobs" / record.log_sha256[:2] / record.log_sha256).read_text()
     assert "build run 2" in text  # the same tree, resumed (its runs.txt kept)
+    ct129 = read_lock(seed.root / "locks" / "pylock.ct129.toml").package("gpukern")
+    assert ct129 is not None
+    assert [(i.role, i.name, i.version, i.sha256) for i in record.inputs if i.name == "gpukern"] == [
+        ("locked", "gpukern", "1.0+cu126", ct129.wheel.sha256)
+    ]
     assert not log.parent.exists()  # removed once the build passed
     assert again["notes"] == ["the wheel carries no GPU code"]
 
@@ -278,3 +330,42 @@ def test_a_forged_build_record_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BuildRecordError, match=r"builds/abab.*\.json: toolchain: missing"):
         read_record(store, sha)
     assert read_record(store, "../../etc/passwd") is None
+
+
+def test_review_warns_of_a_built_wheel_and_never_calls_it_tampered() -> None:
+    """A built wheel keeps the file name an index wheel could have: a local build (warn),
+    not "same name, different bytes" (block)."""
+    from dataclasses import replace
+
+    from envlock.changes import PackageChange
+    from envlock.review.findings import package_findings
+
+    index = pkg("kern", "1.0")
+    reason = "built for sm_120: no index wheel has sm_120 SASS or PTX"
+    built = replace(pkg("kern", "1.0", source="repacked", label="sm120"), source="built", reason=reason)
+    assert index.wheel.filename == built.wheel.filename and index.wheel.sha256 != built.wheel.sha256
+    found = package_findings(PackageChange("kern", "artifact", index, built), ("12.0",), None)
+    assert [(f.code, f.severity, f.detail) for f in found] == [
+        ("local-build", "warn", f"locally built or modified package changed: {reason}")
+    ]
+
+
+def test_a_backend_that_writes_another_projects_wheel_is_refused(seed: Seed, tmp_path: Path) -> None:
+    """A build of one sdist must not plant a wheel of another project in the store."""
+    from build_helpers import PYPROJECT, write_sdist
+
+    setup = "from setuptools import setup\nsetup(name='torch', version='9.9', py_modules=[])\n"
+    sdist = write_sdist(
+        tmp_path / "s",
+        "planter",
+        "1.0",
+        {"pyproject.toml": PYPROJECT.format(requires='"setuptools>=61"'), "setup.py": setup},
+    )
+    _host(seed, "ct505", index=_sdist_index(tmp_path, sdist))
+    proc = envlock(seed.root, "build", "planter", "--host", "ct505")
+    assert proc.returncode == 2
+    assert (
+        "the backend wrote torch-9.9-py3-none-any.whl, a wheel of torch 9.9, from the sdist of planter 1.0"
+        in (proc.stderr)
+    )
+    assert not list((seed.root / "store" / "wheels").glob("*/torch-*.whl"))

@@ -30,9 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
 from envlock.build.check import LibraryVerdict, check_wheel
 from envlock.build.env import PinPlanner, make_env, python_for
-from envlock.build.runner import arch_flags, build_env, run_backend
+from envlock.build.runner import BuildFailed, arch_flags, build_env, run_backend
 from envlock.build.sdist import build_system, fetch_sdist, find_sdist, unpack
 from envlock.build.toolchain import find_toolchain
 from envlock.buildrecord import BuildInput, BuildRecord, record_path, write_record
@@ -79,7 +82,11 @@ def build_package(
 
     profile = load_profile(workspace, host)
     lock, lock_shown = _pinning_lock(workspace, host, profile.reference)
-    ccs = _gpus(gpu, profile.gpu.cc if profile.gpu else (), lock, workspace.shown(profile.path))
+    own = lock.host == host  # the host's own lock, not its reference's (another GPU, maybe another Python)
+    profile_shown = workspace.shown(profile.path)
+    ccs = _gpus(gpu, profile.gpu.cc if profile.gpu else (), lock if own else None, profile_shown)
+    if not own and profile.target is not None:
+        _same_python(profile.target.python, lock, lock_shown, profile_shown)
     sms = tuple(cc.replace(".", "") for cc in ccs)
     toolchain = find_toolchain(sms, lock, lock_shown)
     python = python_for(lock.interpreter.version)
@@ -129,6 +136,7 @@ def build_package(
         on_line=lambda n, line: reporter.progress("build", n, 0, line),
     )
     lap("build")
+    _is_the_sdists_wheel(wheel, sdist.name, sdist.version, log)
     reporter.step(f"check {wheel.name} on {', '.join(ccs)}")
     libraries = check_wheel(wheel, build_dir / "env", ccs, log)
     lap("check")
@@ -171,6 +179,22 @@ def build_package(
     return BuildResult(record, stored, written, build_dir, reused, tuple(libraries))
 
 
+def _is_the_sdists_wheel(wheel: Path, name: str, version: str, log: Path) -> None:
+    """The backend names the wheel; a wheel of another project (or version) would enter the
+    store as a built candidate for it: a build of ``gpukern`` must not plant a ``torch``."""
+    try:
+        got_name, got_version, _build, _tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise BuildFailed(
+            f"the backend wrote {wheel.name!r}, not a wheel file name ({exc}); log: {log}"
+        ) from exc
+    if got_name != canonicalize_name(name) or got_version != Version(version):
+        raise BuildFailed(
+            f"the backend wrote {wheel.name}, a wheel of {got_name} {got_version}, "
+            f"from the sdist of {name} {version}; log: {log}"
+        )
+
+
 def _pinning_lock(workspace: Workspace, host: str, reference: str | None) -> tuple[Lock, str]:
     """The host's lock, else its reference's (the lock ``envlock lock`` would derive from)."""
     own = workspace.lock_path(host)
@@ -184,7 +208,21 @@ def _pinning_lock(workspace: Workspace, host: str, reference: str | None) -> tup
     return workspace.read_lock(reference), workspace.shown(workspace.lock_path(reference))
 
 
-def _gpus(asked: str | None, profile_cc: tuple[str, ...], lock: Lock, profile_shown: str) -> tuple[str, ...]:
+def _same_python(target: str, lock: Lock, lock_shown: str, profile_shown: str) -> None:
+    """The reference's wheels pin the build only for a host of the reference's Python minor
+    version: a cp311 torch does not install on 3.12, and the wheel would not fit the host."""
+    minor = ".".join(target.split(".")[:2])
+    if minor != lock.interpreter.major_minor:
+        raise ProfileError(
+            f"{profile_shown}: target.python {target}, but the build would be pinned by {lock_shown} "
+            f"(Python {lock.interpreter.version}): envlock builds against a lock of the host's Python; "
+            "lock the host without the package first, or build on a host lock"
+        )
+
+
+def _gpus(
+    asked: str | None, profile_cc: tuple[str, ...], lock: Lock | None, profile_shown: str
+) -> tuple[str, ...]:
     if asked is not None:
         ccs = tuple(c.strip() for c in asked.split(",") if c.strip())
         bad = [c for c in ccs if not _CC.match(c)]
@@ -193,10 +231,10 @@ def _gpus(asked: str | None, profile_cc: tuple[str, ...], lock: Lock, profile_sh
         return ccs
     if profile_cc:
         return tuple(profile_cc)
-    if lock.gpu is not None and lock.gpu.ccs:
+    if lock is not None and lock.gpu is not None and lock.gpu.ccs:
         return lock.gpu.ccs
     raise ProfileError(
-        f"{profile_shown}: no [gpu] cc and the lock records no GPU: pass --gpu (e.g. --gpu 12.0)"
+        f"{profile_shown}: no [gpu] cc and no host lock that records a GPU: pass --gpu (e.g. --gpu 12.0)"
     )
 
 

@@ -95,7 +95,11 @@ class PinPlanner:
     def plan(self, roots: list[str]) -> list[Pin]:
         pins: dict[str, Pin] = {}
         seen_extras: dict[str, set[str]] = {}
-        queue = [(_requirement(text, "a build requirement"), "the build") for text in roots]
+        queue = []
+        for text in roots:
+            req = _requirement(text, "a build requirement")
+            if req.marker is None or req.marker.evaluate({**self.markers, "extra": ""}):
+                queue.append((req, "the build"))
         while queue:
             req, wanted_by = queue.pop(0)
             name = canonicalize_name(req.name)

@@ -17,10 +17,11 @@ from envlock.agent.protocol import VenvDescription
 from envlock.capture.agentcall import Snapshot, snapshot_args, stats_keeper
 from envlock.capture.build import build_lock
 from envlock.capture.memo import UnchangedMemo
-from envlock.capture.origins import Origin, trace_origins
+from envlock.capture.origins import Origin, StoreBuilds, trace_origins
 from envlock.capture.result import CaptureOptions, CaptureResult
 from envlock.hosts import HostProfile, load_profile
 from envlock.reporter import Reporter
+from envlock.store import Store
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
 from envlock.workspace import Workspace
 
@@ -61,7 +62,8 @@ def run_capture(
     def on_description(line: bytes) -> None:
         # The protocol is checked here, before a stale agent's answer is traced.
         described: VenvDescription = agent_answer(transport, line, "snapshot")
-        tracing.append(pool.submit(trace_origins, profile, described, options, stop))
+        builds = StoreBuilds(Store(workspace.store_dir), workspace.locks_dir)
+        tracing.append(pool.submit(trace_origins, profile, described, options, stop, builds))
 
     try:
         raw = run_agent(

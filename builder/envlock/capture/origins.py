@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import os
 import threading
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from envlock.agent.protocol import DistFacts, VenvDescription
 from envlock.capture.result import CaptureOptions
@@ -12,7 +20,8 @@ from envlock.errors import CaptureError, IndexError_
 from envlock.hosts import HostProfile
 from envlock.index import IndexClient, IndexFile
 from envlock.lock.model import Artifact, Source
-from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches
+from envlock.provenance import Found, ProvenanceCache, find_on_index, record_matches, tags_match
+from envlock.store import Store
 from envlock.workspace import cache_dir
 
 
@@ -34,11 +43,55 @@ def index_config(profile: HostProfile, described: VenvDescription) -> tuple[tupl
     return tuple(pip["urls"]), tuple(pip["find_links"])
 
 
+@dataclass(frozen=True)
+class StoreBuilds:
+    """Wheels ``envlock build`` put in the store: an installed distribution whose RECORD
+    is one of theirs came from it (``source = "built"``), as a target lock said."""
+
+    store: Store
+    lock_dir: Path
+
+    def origin(self, dist: DistFacts) -> Origin | None:
+        from envlock.buildrecord import read_record
+
+        name = canonicalize_name(dist["name"])
+        prefix = name.replace("-", "_")
+        for path in sorted((self.store.root / "wheels").glob(f"*/{prefix}-*.whl")):
+            try:
+                if parse_wheel_filename(path.name)[:2] != (name, Version(dist["version"])):
+                    continue
+            except InvalidWheelFilename:
+                continue
+            record = read_record(self.store, path.parent.name)
+            if record is None or not tags_match(path.name, dist["wheel"]["tags"]):
+                continue
+            if record_matches(_wheel_record(path), dist["record"], set(dist["console_scripts"])):
+                relative = Path(os.path.relpath(path, self.lock_dir)).as_posix()
+                art = Artifact(
+                    filename=path.name, sha256=record.sha256, size=path.stat().st_size, path=relative
+                )
+                sms = "/".join("sm_" + cc.replace(".", "") for cc in record.gpu)
+                why = f"built for {sms} by envlock build (store/builds/{record.sha256}.json)"
+                return Origin("built", artifact=art, reason=why)
+        return None
+
+
+def _wheel_record(path: Path) -> list[list[str]]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+            text = archive.read(names[0]).decode("utf-8") if len(names) == 1 else ""
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError):
+        return []
+    return [row for row in csv.reader(io.StringIO(text)) if row]
+
+
 def trace_origins(
     profile: HostProfile,
     described: VenvDescription,
     options: CaptureOptions,
     stop: threading.Event | None = None,
+    builds: StoreBuilds | None = None,
 ) -> dict[str, Origin]:
     """Where each distribution's bytes come from, keyed by dist-info name.
 
@@ -58,6 +111,8 @@ def trace_origins(
             origin = direct_origin(client, dist, direct)
         else:
             origin = index_origin(client, cache, indexes + find_links, dist, options, warnings)
+            if origin.source == "repacked" and builds is not None:
+                origin = builds.origin(dist) or origin
         origin.warnings = warnings
         origins[dist["dist_info"]] = origin
         warnings = []
