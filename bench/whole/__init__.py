@@ -27,6 +27,10 @@ Adding a row (one small module per area; the apply rows live beside these):
    (e.g. to undo what the run changed).
 2. Add the module's name to ``AREAS`` below.
 
+envlock's bytecode is compiled first (``compile_bytecode``), as a wheel
+install does; without that an editable install under
+PYTHONDONTWRITEBYTECODE recompiles every module on every run (+0.1 s).
+
 Nothing here asserts timing: the numbers are for docs/benchmarks.md.
 """
 
@@ -209,11 +213,30 @@ def machine() -> dict[str, object]:
     }
 
 
+def compile_bytecode(python: str) -> str:
+    """Write envlock's .pyc files, as installing a wheel does, and keep children writing them.
+
+    An editable install has none until a run writes them, and a shell with
+    PYTHONDONTWRITEBYTECODE set (this project's sandboxes have it) never
+    does: every command would then compile every module it imports, which
+    is not what a user's installed envlock pays.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    import importlib.util
+
+    spec = importlib.util.find_spec("envlock")
+    assert spec is not None and spec.submodule_search_locations
+    package = spec.submodule_search_locations[0]
+    subprocess.run([python, "-m", "compileall", "-q", package], check=True, stdout=subprocess.DEVNULL)
+    return package
+
+
 def main(work: Path = DEFAULT_WORK, repeat: int = 5, only: Sequence[str] = ()) -> dict[str, object]:
     import importlib
 
     ctx = Context(work=work, repeat=repeat)
-    results: dict[str, object] = {"machine": machine(), "repeat": repeat}
+    package = compile_bytecode(ctx.python)
+    results: dict[str, object] = {"machine": machine(), "repeat": repeat, "envlock": package}
     rows_out: list[dict[str, object]] = []
     for area in AREAS:
         if only and area.removesuffix("_rows") not in only and area not in only:
