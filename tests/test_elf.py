@@ -94,3 +94,44 @@ def test_a_truncated_library_is_an_elf_error(tmp_path: Path, cut: int) -> None:
     for read in (read_link_facts, read_elf_facts):
         with open(damaged, "rb") as stream, pytest.raises(ElfError):
             read(stream)
+
+
+_EXPORTING = ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS")
+
+
+def _oracle_symbols(path: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(exported, strong undefined) from ``.dynsym`` through pyelftools' symbol objects."""
+    with open(path, "rb") as stream:
+        elf = _elffile.ELFFile(stream)
+        table = elf.get_section_by_name(".dynsym")
+        exported: list[str] = []
+        undefined: list[str] = []
+        for symbol in table.iter_symbols() if table is not None else ():
+            if not symbol.name:
+                continue
+            bind, kind = symbol["st_info"]["bind"], symbol["st_info"]["type"]
+            if symbol["st_shndx"] == "SHN_UNDEF":
+                if bind == "STB_GLOBAL":
+                    undefined.append(symbol.name)
+            elif (
+                bind in _EXPORTING
+                and symbol["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
+                and kind not in ("STT_SECTION", "STT_FILE")
+            ):
+                exported.append(symbol.name)
+        return frozenset(exported), tuple(undefined)
+
+
+def test_dynamic_symbols_match_pyelftools() -> None:
+    """libc (thousands of exports, versioned) and a few extension modules (undefined names)."""
+    libraries = [p for p in _libraries() if p.name.startswith("libc.so")] + _libraries()[:6]
+    assert any(p.name.startswith("libc.so") for p in libraries)
+    sizes = []
+    for path in libraries:
+        with open(path, "rb") as stream:
+            ours = read_link_facts(stream)
+        exported, undefined = _oracle_symbols(path)
+        assert ours.exported == exported, path
+        assert ours.undefined == undefined, path
+        sizes.append((len(exported), len(undefined)))
+    assert sizes[0][0] > 1000 and any(n for _e, n in sizes[1:]), sizes  # libc exports; extensions import
