@@ -28,6 +28,7 @@ HEAVY = {
     "zipfile",  # wheels only
     "subprocess",  # c++filt only, when a library misses symbols
     "shutil",  # argparse imports it for the terminal width; cli asks os directly
+    "pathlib",  # and urllib.parse with it: inspect uses os.path
     "envlock.lock",
     "envlock.transport",
 }

@@ -13,10 +13,10 @@ Result objects only; printing and exit codes belong to ``cli/inspect_cmd``.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import IO, NamedTuple
 
 from envlock.binary import cuda
@@ -95,7 +95,7 @@ class LibraryResult(NamedTuple):
 
 
 class InspectResult(NamedTuple):
-    path: Path
+    path: str  # as given, cleaned as pathlib would print it
     source: str  # "library", "wheel", "venv" or "directory" (of libraries, not a venv)
     gpu: Gpu
     driver: str | None
@@ -110,7 +110,7 @@ class InspectResult(NamedTuple):
         return self.verdict in (NATIVE, JIT)
 
 
-def inspect_path(path: str | Path, gpu: str = "12.0", driver: str | None = None) -> InspectResult:
+def inspect_path(path: str | os.PathLike[str], gpu: str = "12.0", driver: str | None = None) -> InspectResult:
     """Inspect a library, wheel or venv for GPU ``gpu`` (``"12.0"``) and ``driver``.
 
     Raises InspectError for input that is not one of those (missing path,
@@ -121,16 +121,30 @@ def inspect_path(path: str | Path, gpu: str = "12.0", driver: str | None = None)
         driver_version = cuda.parse_driver(driver) if driver else None
     except ValueError as exc:
         raise InspectError(str(exc)) from exc
-    path = Path(path)
-    if path.is_dir():
+    # os.path, not pathlib: importing pathlib (and urllib.parse with it) was ~7 ms of every inspect
+    path = _clean(os.fspath(path))
+    if os.path.isdir(path):
         scan = _scan_venv(path, target, driver_version)
-    elif path.is_file() and path.suffix in (".whl", ".zip"):
+    elif os.path.isfile(path) and _suffix(path) in (".whl", ".zip"):
         scan = _scan_wheel(path, target, driver_version)
-    elif path.is_file():
+    elif os.path.isfile(path):
         scan = _scan_single(path, target, driver_version)
     else:
         raise InspectError(f"{path}: no such file or directory")
     return _judge(scan, target, driver)
+
+
+def _clean(path: str) -> str:
+    """``path`` as ``str(Path(path))`` spells it: no empty or ``.`` parts (``./a//b/`` is ``a/b``)."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return ("/" if path.startswith("/") else "") + "/".join(parts) or "."
+
+
+def _suffix(path: str) -> str:
+    """``Path(path).suffix``: the last ``.ext`` of the file name, none for ``.hidden`` names."""
+    name = os.path.basename(path)
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""
 
 
 # --- reading ---------------------------------------------------------------------
@@ -148,7 +162,7 @@ class _File(NamedTuple):
 
 
 class _Scan(NamedTuple):
-    path: Path
+    path: str
     source: str
     files: list[_File]
     loader: Loader
@@ -193,12 +207,12 @@ def _is_candidate(name: str) -> bool:
     return name.endswith(".so") or ".so." in name or name.endswith(DEVICE_SUFFIXES)
 
 
-def _site_packages(venv: Path) -> Path | None:
-    found = sorted(venv.glob("lib/python*/site-packages"))
-    return found[0] if found else None
+def _site_packages(venv: str) -> str | None:
+    found = sorted(p for p in glob.glob(os.path.join(glob.escape(venv), "lib/python*/site-packages")))
+    return _clean(found[0]) if found else None
 
 
-def _scan_venv(venv: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
+def _scan_venv(venv: str, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
     site = _site_packages(venv)
     files: list[_File] = []
     for base, dirs, names in os.walk(venv):
@@ -207,49 +221,61 @@ def _scan_venv(venv: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
             full = os.path.join(base, name)
             if not _is_candidate(name) or os.path.islink(full):
                 continue
-            display = _display(Path(full), venv, site)
+            display = _display(full, venv, site)
             with open(full, "rb") as stream:
                 read = _read_file(stream, os.path.realpath(full), display, gpu, driver)
             if read is not None:
                 files.append(read)
             elif name.endswith(".so") or ".so." in name:
                 files.append(_unreadable(os.path.realpath(full), display, "not an ELF file", gpu))
-    interpreter = venv / "bin" / "python"
+    interpreter = os.path.join(venv, "bin", "python")
     loader = _loader(
         files,
         preload=_preload_dirs(site),
-        checked=[str(venv.resolve())],
-        interpreter=os.path.realpath(interpreter) if interpreter.exists() else None,
+        checked=[os.path.realpath(venv)],
+        interpreter=os.path.realpath(interpreter) if os.path.exists(interpreter) else None,
     )
-    notes = _runtime_compiler_notes(lambda rel: site is not None and (site / rel).is_dir())
-    source = "venv" if (venv / "pyvenv.cfg").is_file() else "directory"
+    notes = _runtime_compiler_notes(lambda rel: site is not None and os.path.isdir(os.path.join(site, rel)))
+    source = "venv" if os.path.isfile(os.path.join(venv, "pyvenv.cfg")) else "directory"
     return _Scan(venv, source, files, loader, WONT_LOAD, notes)
 
 
-def _scan_single(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
+def _scan_single(path: str, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
     with open(path, "rb") as stream:
         head = stream.read(64)
         stream.seek(0)
-        if not (is_elf(head) or path.suffix in DEVICE_SUFFIXES):
+        if not (is_elf(head) or _suffix(path) in DEVICE_SUFFIXES):
             raise InspectError(f"{path}: not an ELF file, wheel or venv")
-        read = _read_file(stream, os.path.realpath(path), str(path), gpu, driver)
+        read = _read_file(stream, os.path.realpath(path), path, gpu, driver)
     if read is None:
         raise InspectError(f"{path}: not an ELF file, wheel or venv")
     if read.error:
         raise InspectError(f"{path}: {read.error}")
-    venv = next((p for p in Path(read.key).parents if (p / "pyvenv.cfg").is_file()), None)
+    venv = _enclosing_venv(read.key)
     site = _site_packages(venv) if venv else None
-    interpreter = venv / "bin" / "python" if venv else None
+    interpreter = os.path.join(venv, "bin", "python") if venv else None
     loader = _loader(
         [read],
         preload=_preload_dirs(site),
-        checked=[str(venv) if venv else os.path.dirname(read.key)],
-        interpreter=os.path.realpath(interpreter) if interpreter and interpreter.exists() else None,
+        checked=[venv if venv else os.path.dirname(read.key)],
+        interpreter=os.path.realpath(interpreter) if interpreter and os.path.exists(interpreter) else None,
     )
     return _Scan(path, "library", [read], loader, WONT_LOAD, [])
 
 
-def _scan_wheel(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
+def _enclosing_venv(path: str) -> str | None:
+    """The nearest directory above ``path`` (absolute) holding a pyvenv.cfg."""
+    directory = os.path.dirname(path)
+    while True:
+        if os.path.isfile(os.path.join(directory, "pyvenv.cfg")):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def _scan_wheel(path: str, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
     import io  # here, not at the top: zipfile costs every other inspect ~10 ms of start-up
     import zipfile
 
@@ -258,7 +284,7 @@ def _scan_wheel(path: Path, gpu: Gpu, driver: DriverVersion | None) -> _Scan:
     except (zipfile.BadZipFile, OSError) as exc:
         raise InspectError(f"{path}: not a wheel: {exc}") from exc
     # Members live under a virtual root, so $ORIGIN and RUNPATH resolve inside the wheel.
-    root = "/" + path.name
+    root = "/" + os.path.basename(path)
     files: list[_File] = []
     members: list[str] = []
     with archive:
@@ -291,18 +317,23 @@ def _unreadable(key: str, display: str, error: str, gpu: Gpu) -> _File:
     return _File(key, display, None, [], cuda.judge_images([], gpu, None), error)
 
 
-def _display(path: Path, venv: Path, site: Path | None) -> str:
-    if site is not None and path.is_relative_to(site):
-        return path.relative_to(site).as_posix()
-    return path.relative_to(venv).as_posix()
+def _display(path: str, venv: str, site: str | None) -> str:
+    """``path`` (found walking ``venv``) relative to site-packages when inside it, else to the venv."""
+    path = _clean(path)
+    if site is not None and path.startswith(site.rstrip("/") + "/"):
+        return path[len(site.rstrip("/")) + 1 :]
+    return path[len(_clean(venv).rstrip("/")) + 1 :] if _clean(venv) != "." else path
 
 
-def _preload_dirs(site: Path | None) -> list[str]:
+def _preload_dirs(site: str | None) -> list[str]:
     """Directories whose libraries torch (and the nvidia wheels' loaders) map before extensions."""
     if site is None:
         return []
-    dirs = [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]
-    return [os.path.realpath(d) for d in dirs if d.is_dir()]
+    dirs = [
+        os.path.join(site, "torch", "lib"),
+        *sorted(glob.glob(os.path.join(glob.escape(site), "nvidia/*/lib"))),
+    ]
+    return [os.path.realpath(d) for d in dirs if os.path.isdir(d)]
 
 
 def _read_host(path: str) -> LinkFacts | None:
