@@ -1,0 +1,221 @@
+"""Real faults on the newer paths: host pull, bundles, store push, the no-op memos.
+
+Every fault is real: a loopback HTTP server (``http.server``) that drops or
+stalls a connection mid-body, ``SIGKILL`` of the process doing the work, a
+small tmpfs mounted as the directory being written (the tests run as root),
+and files truncated as a crash while writing would leave them. After each
+fault the next run must recover, and nothing partial may carry a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import ENVLOCK
+
+PYTHON = str(Path(ENVLOCK).parent / "python")
+
+
+# ------------------------------------------------------------------ a server that misbehaves on cue
+
+
+@dataclass
+class Behaviour:
+    """What the server does with the next GET: cut the body after ``cut`` bytes, or stall there."""
+
+    cut: int | None = None
+    stall: bool = False
+    stalled: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    requests: list[str] = field(default_factory=list)  # "GET <path> <Range or ->"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        behaviour = self.server.behaviour
+        data = self.server.files.get(self.path)
+        ranged = self.headers.get("Range")
+        behaviour.requests.append(f"GET {self.path} {ranged or '-'}")
+        if data is None:
+            self.send_error(404)
+            return
+        start = int(ranged.removeprefix("bytes=").rstrip("-")) if ranged else 0
+        body = data[start:]
+        self.send_response(206 if start else 200)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        cut = behaviour.cut
+        if cut is None:
+            self.wfile.write(body)
+            return
+        self.wfile.write(body[:cut])
+        self.wfile.flush()
+        if behaviour.stall:
+            behaviour.stalled.set()
+            behaviour.release.wait(30)
+        self.close_connection = True  # the rest never comes: the client sees a short body
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files: dict[str, bytes] = {}
+        self.behaviour = Behaviour()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.behaviour.release.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    sha256: str
+    name: str
+    data: bytes
+
+    def item(self, server: _Server) -> dict[str, Any]:
+        path = f"/wheels/{self.sha256}/{self.name}"
+        server.files[path] = self.data
+        return {"sha256": self.sha256, "name": self.name, "size": len(self.data), "urls": [server.url + path]}
+
+
+def artifact(size: int, name: str = "big-1.0-py3-none-any.whl") -> Artifact:
+    data = os.urandom(size)
+    return Artifact(hashlib.sha256(data).hexdigest(), name, data)
+
+
+def pull_proc(drop: Path, items: list[dict[str, Any]]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "envlock.agent", "pull", "--dir", str(drop)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(items))
+    proc.stdin.close()
+    return proc
+
+
+def agent_pull(drop: Path, items: list[dict[str, Any]]) -> dict[str, Any]:
+    proc = subprocess.run(
+        [PYTHON, "-m", "envlock.agent", "pull", "--dir", str(drop)],
+        input=json.dumps(items),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answer: dict[str, Any] = json.loads(proc.stdout)
+    return answer
+
+
+def finals(drop: Path) -> list[Path]:
+    """Every file under a final name in the drop (``<sha256>/<name>``)."""
+    return [p for p in drop.glob("*/*") if not p.parent.name.startswith(".")]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs: writing more than that fails with ENOSPC, as a full disk does."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+# ------------------------------------------------------------------ host pull
+
+
+def test_a_connection_dropped_mid_body_is_resumed_by_the_next_pull(tmp_path: Path, server: _Server) -> None:
+    big = artifact(5 << 20)
+    item = big.item(server)
+    drop = tmp_path / "drop"
+    server.behaviour.cut = 1 << 20  # every attempt of this run is cut after 1 MiB (resumed in-run)
+    answer = agent_pull(drop, [item])
+    assert answer["pulled"] == [] and "wheels" in answer["failed"][0]["error"], answer
+    assert finals(drop) == [], "a cut-off download took its final name"
+    part = drop / ".pulling" / f"{big.sha256}-{big.name}.part"
+    assert part.stat().st_size == 3 << 20  # three attempts, each resumed where the last stopped
+    assert [r.split()[-1] for r in server.behaviour.requests] == ["-", "bytes=1048576-", "bytes=2097152-"]
+    # The link is back: the next run asks only for the rest.
+    server.behaviour = Behaviour()
+    answer = agent_pull(drop, [item])
+    assert answer["failed"] == [] and answer["pulled"][0]["resumed_from"] == 3 << 20, answer
+    assert (drop / big.sha256 / big.name).read_bytes() == big.data
+    assert server.behaviour.requests == [f"GET /wheels/{big.sha256}/{big.name} bytes={3 << 20}-"]
+    assert not part.exists()
+
+
+def test_a_pull_killed_mid_download_leaves_no_final_name_and_the_next_one_finishes(
+    tmp_path: Path, server: _Server
+) -> None:
+    big = artifact(2 << 20)
+    item = big.item(server)
+    drop = tmp_path / "drop"
+    server.behaviour = Behaviour(cut=512 << 10, stall=True)
+    proc = pull_proc(drop, [item])
+    assert server.behaviour.stalled.wait(30), "the agent never started the download"
+    time.sleep(0.2)  # let the agent write what it received
+    proc.send_signal(signal.SIGKILL)  # a killed apply: no cleanup runs
+    proc.wait(timeout=10)
+    server.behaviour.release.set()
+    assert finals(drop) == []
+    # The killed agent's flock went with it: the next pull is not blocked, and ends whole.
+    server.behaviour = Behaviour()
+    answer = agent_pull(drop, [item])
+    assert answer["failed"] == [], answer
+    assert (drop / big.sha256 / big.name).read_bytes() == big.data
+    assert list((drop / ".pulling").iterdir()) == []
+
+
+def test_a_full_disk_during_pull_names_the_path_and_poisons_nothing(
+    small_disk: Path, server: _Server
+) -> None:
+    drop = small_disk / "drop"
+    big, small = artifact(2 << 20), artifact(64 << 10, "small-1.0-py3-none-any.whl")
+    answer = agent_pull(drop, [big.item(server)])
+    assert answer["pulled"] == [], answer
+    error = answer["failed"][0]["error"]
+    assert "No space left on device" in error and str(drop / ".pulling") in error, error
+    # Once: a full disk is not a dropped link, and is not retried.
+    assert len(server.behaviour.requests) == 1, server.behaviour.requests
+    assert finals(drop) == [] and list((drop / ".pulling").iterdir()) == [], "the space was not given back"
+    # The drop is not poisoned: what fits is pulled and kept.
+    answer = agent_pull(drop, [small.item(server)])
+    assert answer["failed"] == [] and (drop / small.sha256 / small.name).read_bytes() == small.data
