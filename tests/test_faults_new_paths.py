@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from helpers import ENVLOCK
+from conftest import Reference, write_profile
+from helpers import ENVLOCK, copy_lock
 
 PYTHON = str(Path(ENVLOCK).parent / "python")
 
@@ -219,3 +220,96 @@ def test_a_full_disk_during_pull_names_the_path_and_poisons_nothing(
     # The drop is not poisoned: what fits is pulled and kept.
     answer = agent_pull(drop, [small.item(server)])
     assert answer["failed"] == [] and (drop / small.sha256 / small.name).read_bytes() == small.data
+
+
+# ------------------------------------------------------------------ air-gapped bundles
+
+
+def envlock(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k not in ("ENVLOCK_STORE", "ENVLOCK_FAULT")}
+    return subprocess.run(
+        [ENVLOCK, *args, "--root", str(root)], capture_output=True, text=True, env={**full, **env}
+    )
+
+
+@dataclass(frozen=True)
+class Bundled:
+    root: Path  # a workspace: ct129 captured, ct200 (target) given its lock
+    target: Path  # ct200's venv, never built here
+    bundle: Path  # ct200's bundle, written whole
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Bundled:
+    base = tmp_path_factory.mktemp("bundled")
+    root = base / "ws"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    proc = envlock(root, "capture", "ct129")
+    assert proc.returncode == 0, proc.stderr
+    target = base / "target-venv"
+    write_profile(root, "ct200", target, None)
+    copy_lock(root, "ct129", "ct200")
+    out = base / "ct200.bundle"
+    proc = envlock(root, "bundle", "ct200", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return Bundled(root, target, out)
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_a_full_disk_while_writing_a_bundle_is_one_line_and_no_file(
+    bundled: Bundled, small_disk: Path
+) -> None:
+    out = small_disk / "ct200.bundle"
+    line = one_line(envlock(bundled.root, "bundle", "ct200", "-o", str(out)))
+    assert str(out) in line and "No space left on device" in line, line
+    assert list(small_disk.iterdir()) == [], "a partial bundle was left behind"
+
+
+def test_a_bundle_killed_midway_never_appears_under_its_name(bundled: Bundled, tmp_path: Path) -> None:
+    out = tmp_path / "ct200.bundle"
+    for _ in range(10):  # until the kill lands while the bundle is being written
+        proc = subprocess.Popen(
+            [ENVLOCK, "bundle", "ct200", "-o", str(out), "--root", str(bundled.root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        while proc.poll() is None and not any(p.name.endswith(".part") for p in tmp_path.iterdir()):
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGKILL)
+        if proc.wait() == -signal.SIGKILL:
+            break
+        out.unlink()  # it finished first: again
+    else:
+        pytest.fail("the bundle always finished before the kill")
+    assert not out.exists(), "a killed bundle appeared under its final name"
+    # The next run writes it whole, beside the killed run's leftover part.
+    proc2 = envlock(bundled.root, "bundle", "ct200", "-o", str(out))
+    assert proc2.returncode == 0, proc2.stderr
+    assert out.read_bytes() == bundled.bundle.read_bytes()
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 0.0005])
+def test_a_truncated_bundle_is_refused_in_one_line(bundled: Bundled, tmp_path: Path, keep: float) -> None:
+    data = bundled.bundle.read_bytes()
+    cut = tmp_path / "cut.bundle"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    line = one_line(envlock(bundled.root, "apply", "ct200", "--from", str(cut)))
+    assert str(cut) in line, line
+    assert not bundled.target.exists()
+    assert not list(bundled.root.rglob("*.part")), "a partial member was left in the store"
+
+
+def test_a_full_disk_while_reading_a_bundle_is_one_line(bundled: Bundled, small_disk: Path) -> None:
+    # The lock, manifest and uv go to a temporary directory first: put it on the full disk.
+    line = one_line(
+        envlock(bundled.root, "apply", "ct200", "--from", str(bundled.bundle), TMPDIR=str(small_disk))
+    )
+    assert "No space left on device" in line and str(small_disk) in line, line
+    assert not bundled.target.exists()
+    assert list(small_disk.iterdir()) == []
