@@ -313,3 +313,41 @@ def test_a_full_disk_while_reading_a_bundle_is_one_line(bundled: Bundled, small_
     assert "No space left on device" in line and str(small_disk) in line, line
     assert not bundled.target.exists()
     assert list(small_disk.iterdir()) == []
+
+
+# ------------------------------------------------------------------ store push
+
+
+def test_a_full_shared_store_fails_the_push_in_one_line_and_the_next_capture_pushes(
+    tmp_path: Path, reference: Reference, small_disk: Path
+) -> None:
+    subprocess.run(["mount", "-o", "remount,size=8k", str(small_disk)], check=True)
+    shared = small_disk / "store"
+    root = tmp_path / "ws"
+    write_profile(root, "ct129", reference.venv, reference.index.url)
+    (root / "envlock.toml").write_text(f'[store]\npush = "{shared}"\n')
+    line = one_line(envlock(root, "capture", "ct129"))
+    assert (
+        line.startswith(f"envlock: error: store.push {shared}: cannot write ") and "No space left" in line
+    ), line
+
+    def objects() -> list[Path]:
+        return [p for p in shared.rglob("*") if p.is_file()]
+
+    # Nothing partial under a final name, nothing partial left behind at all.
+    assert not [p for p in objects() if p.name.startswith(".")], objects()
+    for path in objects():
+        want = path.parent.name if path.parts[-3] == "wheels" else path.name
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == want, path
+    # The disk grows: the lock did not change, yet the next capture pushes what is missing.
+    before = len(objects())
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+    proc = envlock(root, "capture", "ct129")
+    assert proc.returncode == 0, proc.stderr
+    assert "unchanged" in proc.stdout
+    assert len(objects()) > before and list(shared.glob("wheels/*/localpkg-*.whl")), objects()
+    local = sorted(p.relative_to(root / "store") for p in (root / "store").rglob("*") if p.is_file())
+    for path in objects():
+        rel = path.relative_to(shared)
+        assert rel in local and path.read_bytes() == (root / "store" / rel).read_bytes()
+    assert len(objects()) >= 3
