@@ -17,17 +17,26 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import Reference, write_profile
+from envlock.agent import bytecode
+from envlock.agent.hashing import StatCache
+from envlock.agent.journal import StateDir
+from envlock.agent.snapshot import default_cache_path
+from envlock.agent.stamp import applied, read_slots, record_apply, write_stamp
+from envlock.lock.digest import lock_digest, tree_digest
+from envlock.workspace import Workspace
 from helpers import ENVLOCK, copy_lock
+from lockfactory import make_lock, pkg, rows_for, with_manifest, write_lock_files
 
 PYTHON = str(Path(ENVLOCK).parent / "python")
+DIGEST = "sha256:" + "a" * 64
 
 
 # ------------------------------------------------------------------ a server that misbehaves on cue
@@ -351,3 +360,81 @@ def test_a_full_shared_store_fails_the_push_in_one_line_and_the_next_capture_pus
         rel = path.relative_to(shared)
         assert rel in local and path.read_bytes() == (root / "store" / rel).read_bytes()
     assert len(objects()) >= 3
+
+
+# ------------------------------------------------------------------ no-op memos a crash damaged
+
+# What a crash (or a power cut before the data reached the disk) leaves of a small JSON file:
+# nothing, a prefix, zeros, or a file of another shape.
+DAMAGE: dict[str, Callable[[bytes], bytes]] = {
+    "empty": lambda good: b"",
+    "truncated": lambda good: good[: len(good) // 2],
+    "zeros": lambda good: b"\0" * len(good),
+    "not text": lambda good: b"\xff\xfe" + good,
+    "a list": lambda good: b"[]",
+    "null": lambda good: b"null",
+    "wrong types": lambda good: json.dumps({k: 5 for k in json.loads(good)}).encode(),
+}
+
+
+def _stamped_venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "lib" / "pkg" / "__pycache__").mkdir(parents=True)
+    (venv / "lib" / "pkg" / "m.py").write_text("M = 1\n")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    StateDir(str(venv)).create()
+    write_stamp(StateDir(str(venv)), DIGEST)
+    record_apply(StateDir(str(venv)), {"old": None, "new": [1, 2], "digest": DIGEST})
+    return venv
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_stamp_or_slots_file_is_unknown_never_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    venv = _stamped_venv(tmp_path)
+    state = StateDir(str(venv))
+    assert applied(str(venv), DIGEST)["matches"]  # the stamp as written proves the no-op
+    assert bytecode.damaged_bytecode(str(venv)) == []  # writes the bytecode memo and its sum
+    memo = bytecode._memo_path(str(venv))
+    assert memo is not None
+    for path in (state.stamp, state.slots, memo, memo + ".sum", default_cache_path(str(venv)) or ""):
+        good = Path(path).read_bytes() if Path(path).is_file() else b'{"version": 1, "entries": {}}'
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(DAMAGE[damage](good if path != memo + ".sum" else b'{"s": 1}'))
+    answer = applied(str(venv), DIGEST)
+    assert not answer["matches"] and answer["stamp_digest"] is None, answer
+    assert read_slots(state)["live"] is None
+    assert bytecode.damaged_bytecode(str(venv)) == []
+    assert StatCache(default_cache_path(str(venv))).entries == {}
+
+
+def _lock_workspace(tmp_path: Path) -> Workspace:
+    packages = [pkg("six", "1.17.0", files=2)]
+    rows = rows_for(packages)
+    packages = [replace(p, tree_digest=tree_digest(r for r in rows if r.owner == p.name)) for p in packages]
+    lock, manifest = with_manifest(make_lock("ct200", packages), rows)
+    workspace = Workspace(tmp_path / "fleet")
+    write_lock_files(workspace.locks_dir, replace(lock, digest=lock_digest(lock)), manifest)
+    return workspace
+
+
+MEMO_DAMAGE: dict[str, Callable[[bytes], bytes]] = {
+    **DAMAGE,
+    "digest not a string": lambda good: json.dumps({**json.loads(good), "digest": 5}).encode(),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(MEMO_DAMAGE))
+def test_a_damaged_lock_facts_memo_is_read_again_from_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    workspace = _lock_workspace(tmp_path)
+    first = workspace.read_lock_head("ct200")
+    (memo,) = (tmp_path / "cache" / "envlock" / "lockheads").glob("*.json")
+    good = memo.read_bytes()
+    memo.write_bytes(MEMO_DAMAGE[damage](good))
+    assert workspace.read_lock_head("ct200") == first
+    assert memo.read_bytes() == good  # and written again whole
