@@ -9,12 +9,14 @@ fault the next run must recover, and nothing partial may carry a final name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +36,11 @@ from envlock.lock.digest import lock_digest, tree_digest
 from envlock.workspace import Workspace
 from helpers import ENVLOCK, copy_lock
 from lockfactory import make_lock, pkg, rows_for, with_manifest, write_lock_files
+from sshrig import VENV_PATH, SshRig
 
 PYTHON = str(Path(ENVLOCK).parent / "python")
 DIGEST = "sha256:" + "a" * 64
+PYENV = Path.home() / ".pyenv" / "versions"
 
 
 # ------------------------------------------------------------------ a server that misbehaves on cue
@@ -438,3 +442,73 @@ def test_a_damaged_lock_facts_memo_is_read_again_from_the_lock(
     memo.write_bytes(MEMO_DAMAGE[damage](good))
     assert workspace.read_lock_head("ct200") == first
     assert memo.read_bytes() == good  # and written again whole
+
+
+# ------------------------------------------------------------------ SSH master reuse
+
+
+def _master_pid(sock: Path) -> int | None:
+    check = subprocess.run(
+        ["ssh", "-o", f"ControlPath={sock}", "-O", "check", "x"], capture_output=True, text=True
+    )
+    if check.returncode != 0:
+        return None
+    return int(check.stderr.split("pid=")[1].split(")")[0])
+
+
+def test_a_master_killed_its_socket_deleted_or_its_connection_cut_costs_only_a_new_connection(
+    tmp_path: Path,
+) -> None:
+    rig = SshRig.start(tmp_path / "rig", ("ct-m",))
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: a socket path holds 108 bytes
+    orphans: list[int] = []
+    try:
+        made = rig.run(
+            "ct-m", [sorted(PYENV.glob("3.12.*/bin/python3.12"))[-1].as_posix(), "-m", "venv", VENV_PATH]
+        )
+        assert made.returncode == 0, made.stderr
+        root = tmp_path / "ws"
+        (root / "hosts").mkdir(parents=True)
+        (root / "hosts" / "ct-m.toml").write_text(rig.profile("ct-m"))
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+        env.pop("ENVLOCK_SSH_PERSIST", None)
+
+        def smoke() -> None:
+            # A hang would be the failure here, not a slow pass: ssh's own timeouts are 15 s.
+            proc = subprocess.run(
+                [ENVLOCK, "smoke", "ct-m", "--root", str(root)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stderr
+
+        def accepted() -> int:
+            return (rig.base / "ct-m" / "sshd.log").read_text().count("Accepted publickey")
+
+        smoke()
+        (sock,) = (runtime / "envlock-ssh").glob("*-*")
+        first = _master_pid(sock)
+        assert first is not None
+        # 1. The master is killed (OOM killer, a logout): its socket stays behind, stale.
+        os.kill(first, signal.SIGKILL)
+        before = accepted()
+        smoke()
+        second = _master_pid(sock)
+        assert second not in (None, first) and accepted() == before + 1
+        # 2. The socket is deleted (a tmp cleaner) while its master lives on: a new master.
+        sock.unlink()
+        smoke()
+        orphans.append(second)  # still running, unreachable: it exits after ssh_persist
+        assert _master_pid(sock) not in (None, second) and accepted() == before + 2
+        # 3. The connection dies under the master (sshd restarted, the network cut).
+        assert rig.drop_connections("ct-m") > 0
+        smoke()
+        assert _master_pid(sock) is not None and accepted() == before + 3
+    finally:
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        rig.stop()
+        subprocess.run(["rm", "-rf", str(runtime)], check=False)
