@@ -14,6 +14,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import pytest
@@ -34,9 +36,9 @@ from envlock.agent.snapshot import default_cache_path
 from envlock.agent.stamp import applied, read_slots, record_apply, write_stamp
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.workspace import Workspace
-from helpers import ENVLOCK, copy_lock
+from helpers import ENVLOCK, copy_lock, process_state, wait_stopped
 from lockfactory import make_lock, pkg, rows_for, with_manifest, write_lock_files
-from sshrig import VENV_PATH, SshRig
+from sshrig import HOST_ROOT, VENV_PATH, SshRig
 
 PYTHON = str(Path(ENVLOCK).parent / "python")
 DIGEST = "sha256:" + "a" * 64
@@ -512,3 +514,66 @@ def test_a_master_killed_its_socket_deleted_or_its_connection_cut_costs_only_a_n
                 os.kill(pid, signal.SIGTERM)
         rig.stop()
         subprocess.run(["rm", "-rf", str(runtime)], check=False)
+
+
+# ------------------------------------------------------------------ fleet apply
+
+
+def test_a_fleet_host_whose_connection_dies_fails_alone_and_ctrl_c_leaves_hosts_recoverable(
+    tmp_path: Path, bundled: Bundled
+) -> None:
+    rig = SshRig.start(tmp_path / "rig", ("fl-a", "fl-b"))
+    try:
+        root = tmp_path / "ws"
+        (root / "hosts").mkdir(parents=True)
+        shutil.copytree(bundled.root / "locks", root / "locks")
+        shutil.copytree(bundled.root / "store", root / "store")
+        for host in ("fl-a", "fl-b"):
+            (root / "hosts" / f"{host}.toml").write_text(rig.profile(host, venv=f"{HOST_ROOT}/venv"))
+            copy_lock(root, "ct129", host)
+        argv = [ENVLOCK, "apply", "fl-a", "fl-b", "--format", "json", "--root", str(root)]
+
+        def start(fault: str | None) -> subprocess.Popen[str]:
+            env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_FAULT"}
+            env.update({"ENVLOCK_FAULT": fault} if fault else {})
+            # A session of its own: Ctrl-C reaches the whole foreground process group, ssh included.
+            return subprocess.Popen(
+                argv, stdout=PIPE, stderr=PIPE, text=True, env=env, start_new_session=True
+            )
+
+        # 1. Both agents wait before verify; fl-a's connection is cut and its agent killed.
+        proc = start("stop:before:verify")
+        agents = {host: wait_stopped(rig.hosts[host].proc.pid, proc) for host in ("fl-a", "fl-b")}
+        assert rig.drop_connections("fl-a") > 0
+        os.kill(agents["fl-a"], signal.SIGKILL)
+        os.kill(agents["fl-b"], signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, err  # a host could not run (docs/fleet.md)
+        hosts = {h["host"]: h for h in json.loads(out)["result"]["hosts"]}
+        assert hosts["fl-b"]["outcome"] == "ok", hosts["fl-b"]
+        assert hosts["fl-a"]["outcome"] == "error", hosts["fl-a"]
+        cause = hosts["fl-a"]["cause"]
+        assert "connection was lost during the apply" in cause and "untouched" in cause, cause
+        assert not (rig.hosts["fl-a"].root / "venv").exists()
+
+        # 2. Ctrl-C while fl-a's agent waits before verify (fl-b is a no-op by now).
+        proc = start("stop:before:verify")
+        agent = wait_stopped(rig.hosts["fl-a"].proc.pid, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "interrupted" in err and "fl-a" in err, err
+        os.kill(agent, signal.SIGCONT)  # the host goes on without its controller
+        for _ in range(600):
+            if process_state(agent) is None:
+                break
+            time.sleep(0.1)
+
+        # 3. The next run finishes what is left: every host ok.
+        proc = start(None)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (out, err)
+        assert (rig.hosts["fl-a"].root / "venv" / "bin" / "alpha").is_file()
+    finally:
+        rig.stop()
