@@ -577,3 +577,20 @@ def test_a_fleet_host_whose_connection_dies_fails_alone_and_ctrl_c_leaves_hosts_
         assert (rig.hosts["fl-a"].root / "venv" / "bin" / "alpha").is_file()
     finally:
         rig.stop()
+
+
+def test_a_full_disk_while_receiving_pushed_artifacts_names_the_file(small_disk: Path) -> None:
+    """The controller pushes what a host could not pull: the same disk may be full for that too."""
+    big = artifact(2 << 20)
+    frame = json.dumps({"sha256": big.sha256, "name": big.name, "size": len(big.data)}).encode() + b"\n"
+    drop = small_disk / "drop"
+    proc = subprocess.run(
+        [PYTHON, "-m", "envlock.agent", "receive", "--dir", str(drop)],
+        input=frame + big.data,
+        capture_output=True,
+    )
+    assert proc.returncode == 2
+    error = json.loads(proc.stderr.decode().removeprefix("@error "))
+    assert error["code"] == "receive" and str(drop / ".incoming") in error["message"], error
+    assert "No space left on device" in error["message"], error
+    assert finals(drop) == [] and list((drop / ".incoming").iterdir()) == []
