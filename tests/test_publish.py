@@ -439,6 +439,10 @@ def test_publish_killed_between_uploads_and_the_lock_rewrite_converges(ws: Works
     result = json.loads(again.stdout)["result"]
     # The wheel uploaded before the kill is found by its sha256 and not sent again.
     assert (result["present"], result["uploaded"], result["written"]) == (1, 2, True), result
+    published = _published(_lock_path(ws.root, "ct137").read_text())
+    assert sorted(published) == ["editkit", "six", "teamkernels"], (
+        published
+    )  # the one sent before the kill too
     serial = devpi.serial()
     third = envlock(ws.root, "publish", "ct137", "--index", fresh.url, "--format", "json", env=_twine(fresh))
     assert third.returncode == 0, third.stderr
