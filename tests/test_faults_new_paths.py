@@ -36,7 +36,7 @@ from envlock.agent.snapshot import default_cache_path
 from envlock.agent.stamp import applied, read_slots, record_apply, write_stamp
 from envlock.lock.digest import lock_digest, tree_digest
 from envlock.workspace import Workspace
-from helpers import ENVLOCK, copy_lock, process_state, wait_stopped
+from helpers import ENVLOCK, copy_lock, descendants, process_state, wait_stopped, walk_payload
 from lockfactory import make_lock, pkg, rows_for, with_manifest, write_lock_files
 from sshrig import HOST_ROOT, VENV_PATH, SshRig
 
@@ -57,6 +57,7 @@ class Behaviour:
     stalled: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     requests: list[str] = field(default_factory=list)  # "GET <path> <Range or ->"
+    clients: list[str] = field(default_factory=list)  # each request's User-Agent
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -70,6 +71,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         data = self.server.files.get(self.path)
         ranged = self.headers.get("Range")
         behaviour.requests.append(f"GET {self.path} {ranged or '-'}")
+        behaviour.clients.append(self.headers.get("User-Agent", ""))
         if data is None:
             self.send_error(404)
             return
@@ -594,3 +596,44 @@ def test_a_full_disk_while_receiving_pushed_artifacts_names_the_file(small_disk:
     assert error["code"] == "receive" and str(drop / ".incoming") in error["message"], error
     assert "No space left on device" in error["message"], error
     assert finals(drop) == [] and list((drop / ".incoming").iterdir()) == []
+
+
+def test_an_apply_whose_agent_is_killed_mid_pull_is_finished_by_the_next(
+    tmp_path: Path, bundled: Bundled, server: _Server, reference: Reference
+) -> None:
+    """A whole apply: the host pulls the store-only wheels from a server that stalls mid-body, and
+    its agent is SIGKILLed there. Nothing takes a final name, no venv appears; the next apply ends."""
+    store = bundled.root / "store"
+    for path in [*store.glob("wheels/*/*"), *store.glob("blobs/*/*")]:
+        server.files["/" + path.relative_to(store).as_posix()] = path.read_bytes()
+    root = tmp_path / "clone"  # no local store: only the server has the repacked wheels
+    root.mkdir()
+    shutil.copytree(bundled.root / "locks", root / "locks")
+    target = tmp_path / "target-venv"
+    write_profile(root, "ct200", target, None, "pull = true\n")
+    (root / "envlock.toml").write_text(f'[store]\nurl = "{server.url}/"\n')
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ENVLOCK_STORE", "ENVLOCK_FAULT", "XDG_CACHE_HOME")
+    }
+    env["HOME"] = str(tmp_path / "home")
+    argv = [ENVLOCK, "apply", "ct200", "--root", str(root)]
+    server.behaviour = Behaviour(cut=100, stall=True)
+    proc = subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=True, env=env)
+    assert server.behaviour.stalled.wait(120), proc.communicate()
+    assert server.behaviour.clients[0] == "envlock-agent"  # the host pulling, not the controller
+    for pid, _name in descendants(proc.pid):  # the agent, and anything it started
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    server.behaviour.release.set()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in err, (out, err)
+    drop = tmp_path / "home" / ".cache" / "envlock" / "artifacts"
+    for path in finals(drop):  # whatever has a final name is whole
+        assert path.read_bytes() == server.files[f"/wheels/{path.parent.name}/{path.name}"], path
+    assert not target.exists()
+    server.behaviour = Behaviour()
+    again = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    result = json.loads(again.stdout)["result"]
+    assert result["pulled_files"] > 0 and result["pull_failures"] == [], result
+    assert walk_payload(target) == walk_payload(reference.venv)
