@@ -533,9 +533,9 @@ def test_a_fleet_host_whose_connection_dies_fails_alone_and_ctrl_c_leaves_hosts_
         for host in ("fl-a", "fl-b"):
             (root / "hosts" / f"{host}.toml").write_text(rig.profile(host, venv=f"{HOST_ROOT}/venv"))
             copy_lock(root, "ct129", host)
-        argv = [ENVLOCK, "apply", "fl-a", "fl-b", "--format", "json", "--root", str(root)]
+        fleet = [ENVLOCK, "apply", "fl-a", "fl-b", "--format", "json", "--root", str(root)]
 
-        def start(fault: str | None) -> subprocess.Popen[str]:
+        def start(fault: str | None, argv: list[str] = fleet) -> subprocess.Popen[str]:
             env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_FAULT"}
             env.update({"ENVLOCK_FAULT": fault} if fault else {})
             # A session of its own: Ctrl-C reaches the whole foreground process group, ssh included.
@@ -558,7 +558,15 @@ def test_a_fleet_host_whose_connection_dies_fails_alone_and_ctrl_c_leaves_hosts_
         assert "connection was lost during the apply" in cause and "untouched" in cause, cause
         assert not (rig.hosts["fl-a"].root / "venv").exists()
 
-        # 2. Ctrl-C while fl-a's agent waits before verify (fl-b is a no-op by now).
+        # 2. Ctrl-C of a one-host apply while its agent waits; then the host goes down.
+        proc = start("stop:before:verify", [ENVLOCK, "apply", "fl-a", "--root", str(root)])
+        agent = wait_stopped(rig.hosts["fl-a"].proc.pid, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and err.strip() == "envlock: interrupted", err
+        os.kill(agent, signal.SIGKILL)
+
+        # 3. Ctrl-C of the fleet apply while fl-a's agent waits (fl-b is a no-op by now).
         proc = start("stop:before:verify")
         agent = wait_stopped(rig.hosts["fl-a"].proc.pid, proc)
         os.killpg(proc.pid, signal.SIGINT)
@@ -568,11 +576,11 @@ def test_a_fleet_host_whose_connection_dies_fails_alone_and_ctrl_c_leaves_hosts_
         assert "interrupted" in err and "fl-a" in err, err
         os.kill(agent, signal.SIGCONT)  # the host goes on without its controller
         for _ in range(600):
-            if process_state(agent) is None:
+            if process_state(agent) in (None, "Z"):
                 break
             time.sleep(0.1)
 
-        # 3. The next run finishes what is left: every host ok.
+        # 4. The next run finishes what is left: every host ok.
         proc = start(None)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, (out, err)
