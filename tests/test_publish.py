@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import email.parser
 import hashlib
+import http.client
+import http.server
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import subprocess
 import threading
 import tomllib
 import zipfile
+import urllib.parse
 from dataclasses import dataclass, replace
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -450,3 +453,90 @@ def test_the_index_comes_from_the_flag_or_envlock_toml(ws: Workspace, tmp_path: 
     configured = envlock(root, "publish", "ct129", "--format", "json")  # every wheel published already
     assert configured.returncode == 0, configured.stderr
     assert json.loads(configured.stdout)["result"]["index"] == ws.index.url
+
+
+class _HoldingProxy(http.server.ThreadingHTTPServer):
+    """A loopback proxy in front of devpi that holds every request after the first upload
+    (a POST answered 200) until released: the moment between two uploads, made to last."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.upstream = urllib.parse.urlsplit(upstream).netloc
+        self.uploaded = threading.Event()
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def url_of(self, devpi_url: str) -> str:
+        return devpi_url.replace(self.upstream, f"127.0.0.1:{self.server_address[1]}")
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: _HoldingProxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _forward(self) -> None:
+        if self.server.uploaded.is_set():
+            self.server.held.set()
+            self.server.release.wait(60)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        conn = http.client.HTTPConnection(self.server.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        if self.command == "POST" and answer.status == 200:
+            self.server.uploaded.set()
+
+    do_GET = _forward
+    do_POST = _forward
+
+
+def test_publish_killed_between_uploads_and_the_lock_rewrite_converges(ws: Workspace, devpi: Devpi) -> None:
+    fresh = devpi.index("team", "cut")
+    _copy_unpublished(ws, "ct137")
+    proxy = _HoldingProxy(devpi.root)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("TWINE_", "UV_PUBLISH_"))}
+        argv = [ENVLOCK, "publish", "ct137", "--index", proxy.url_of(fresh.url), "--include-editable"]
+        proc = subprocess.Popen(
+            [*argv, "--root", str(ws.root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**clean, **_twine(fresh)},
+        )
+        assert proxy.held.wait(120), "publish never got past its first upload"
+        proc.kill()  # one wheel on the index, the others not, the lock not rewritten
+        proc.wait(timeout=30)
+    finally:
+        proxy.release.set()
+        proxy.shutdown()
+        proxy.server_close()
+    assert _lock_path(ws.root, "ct137").read_bytes() == ws.lock_before
+    again = envlock(
+        ws.root, "publish", "ct137", "--index", fresh.url, "--include-editable", "--format", "json",
+        env=_twine(fresh),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    result = json.loads(again.stdout)["result"]
+    # The wheel uploaded before the kill is found by its sha256 and not sent again.
+    assert (result["present"], result["uploaded"], result["written"]) == (1, 2, True), result
+    published = _published(_lock_path(ws.root, "ct137").read_text())
+    assert sorted(published) == ["editkit", "six", "teamkernels"], (
+        published
+    )  # the one sent before the kill too
+    serial = devpi.serial()
+    third = envlock(ws.root, "publish", "ct137", "--index", fresh.url, "--format", "json", env=_twine(fresh))
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["result"]["written"] is False and devpi.serial() == serial

@@ -126,7 +126,11 @@ def write_bundle(
                     on_member(name)
                 with open(path, "rb") as stream:
                     _add(tar, name, member.size, stream)
+        with open(tmp, "rb") as written:  # on disk before it has its name (a crash, a power cut)
+            os.fsync(written.fileno())
         os.replace(tmp, out)
+    except OSError as exc:  # a full disk, most likely: one line naming the file, no partial bundle
+        raise BundleError(f"{exc.filename or out}: cannot write the bundle: {exc.strerror or exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return WrittenBundle(host, out, lock.digest, len(listed) + 1, out.stat().st_size)
@@ -260,14 +264,17 @@ def _rest(tar: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
 
 
 def _write_checked(stream: IO[bytes], target: Path, member: Member, shown: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
     try:
-        with open(tmp, "wb") as out:
-            while chunk := stream.read(CHUNK):
-                digest.update(chunk)
-                out.write(chunk)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as out:
+                while chunk := stream.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except OSError as exc:  # a full disk: the store keeps no partial object
+            raise BundleError(f"{shown}: {member.path}: cannot write {tmp}: {exc.strerror or exc}") from exc
         if digest.hexdigest() != member.sha256:
             raise BundleError(
                 f"{shown}: {member.path}: sha256 {digest.hexdigest()}, the listing says {member.sha256}; "

@@ -107,6 +107,23 @@ class FleetResult(Generic[T]):
         return {kind: sum(1 for o in self.outcomes if o.outcome == kind) for kind in OUTCOMES}
 
 
+class FleetInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a fleet run: which hosts were still running (their agents go on alone;
+    each host's journal lets its next apply finish or undo what was cut short)."""
+
+    def __init__(self, running: Sequence[str]) -> None:
+        super().__init__()
+        self.running = tuple(running)
+
+    def __str__(self) -> str:
+        if not self.running:
+            return "no host was running"
+        return (
+            f"{', '.join(self.running)} still running: each finishes or stops on its own, "
+            "and the next apply of it finishes or undoes what was cut short"
+        )
+
+
 class FleetReporter:
     """Hooks the runner calls as hosts go; each does nothing here (``cli/`` draws the table).
 
@@ -168,6 +185,7 @@ class _Runner(Generic[T]):
     def __init__(self, work: Work[T], options: FleetOptions, reporter: FleetReporter) -> None:
         self.work, self.options, self.reporter = work, options, reporter
         self.outcomes: dict[str, HostOutcome[T]] = {}
+        self.running: list[str] = []  # started, not yet recorded
         self.stopped: str | None = None
         self.lock = threading.Lock()
 
@@ -181,20 +199,29 @@ class _Runner(Generic[T]):
     def run(self, hosts: list[str]) -> None:
         """Start hosts in order, at most ``parallel`` at once, none after the failure budget is spent."""
         pending = list(hosts)
-        with ThreadPoolExecutor(max_workers=self.options.parallel, thread_name_prefix="envlock-host") as pool:
-            running: set[Future[None]] = set()
-            try:
-                while pending or running:
-                    while pending and len(running) < self.options.parallel and not self.over_budget():
-                        running.add(pool.submit(self._one, pending.pop(0)))
-                    if not running:
-                        break
-                    done, running = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()  # _one catches what the work raises; this re-raises only our bugs
-            except BaseException:  # Ctrl-C: start nothing more; the running hosts' agents got it too
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        pool = ThreadPoolExecutor(max_workers=self.options.parallel, thread_name_prefix="envlock-host")
+        running: set[Future[None]] = set()
+        try:
+            while pending or running:
+                while pending and len(running) < self.options.parallel and not self.over_budget():
+                    running.add(pool.submit(self._one, pending.pop(0)))
+                if not running:
+                    break
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()  # _one catches what the work raises; this re-raises only our bugs
+        except KeyboardInterrupt as exc:
+            # Ctrl-C: start nothing more, and do not wait for the running hosts: a host's
+            # output pipe is held by the shared SSH master, not by the ssh client Ctrl-C
+            # killed, so a thread reading it may wait as long as that host's agent runs.
+            pool.shutdown(wait=False, cancel_futures=True)
+            with self.lock:
+                running_hosts = list(self.running)
+            raise FleetInterrupted(running_hosts) from exc
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         if pending:
             failed = self.failures()
             self.stopped = (
@@ -212,9 +239,13 @@ class _Runner(Generic[T]):
     def _record(self, outcome: HostOutcome[T]) -> None:
         with self.lock:
             self.outcomes[outcome.host] = outcome
+            if outcome.host in self.running:
+                self.running.remove(outcome.host)
         self.reporter.finished(outcome)  # type: ignore[arg-type]  # T is invariant; the hook only reads
 
     def _one(self, host: str) -> None:
+        with self.lock:
+            self.running.append(host)
         self.reporter.started(host)
         started = time.monotonic()
         try:

@@ -75,7 +75,7 @@ def _read_sum(memo_path: str) -> Optional[str]:
     try:
         with open(memo_path + ".sum") as stream:
             return stream.read().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not text (a damaged file); no sum then
         return None
 
 

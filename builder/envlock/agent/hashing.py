@@ -8,6 +8,7 @@ each, which is why the stat cache matters for warm runs. The cache key is
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -74,26 +75,33 @@ class StatCache:
             try:
                 with open(path, encoding="utf-8") as stream:
                     data = json.load(stream)
-                if data.get("version") == CACHE_VERSION:
-                    self.entries = data["entries"]
+                if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
+                    entries = data["entries"]
+                    self.entries = entries if isinstance(entries, dict) else {}
             except (OSError, ValueError, KeyError):
                 self.entries = {}  # a damaged cache only costs a cold run
 
     def lookup(self, rel: str, st: os.stat_result) -> Optional[CacheEntry]:
         entry = self.entries.get(rel)
-        if entry is not None and entry[:4] == _stat_key(st):
+        if isinstance(entry, list) and entry[:4] == _stat_key(st):
             return entry
         return None
 
     def save(self, entries: Dict[str, CacheEntry]) -> None:
+        """Best effort: a cache that cannot be written (a full disk) costs the next run a cold
+        hash, and must not fail an apply whose venv is already live."""
         if not self.path:
             return
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = "%s.%d.tmp" % (self.path, os.getpid())
-        # json.dumps runs the C encoder; json.dump to a stream does not.
-        with open(tmp, "w", encoding="utf-8") as stream:
-            stream.write(json.dumps({"version": CACHE_VERSION, "entries": entries}))
-        os.replace(tmp, self.path)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            # json.dumps runs the C encoder; json.dump to a stream does not.
+            with open(tmp, "w", encoding="utf-8") as stream:
+                stream.write(json.dumps({"version": CACHE_VERSION, "entries": entries}))
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class Progress:

@@ -21,8 +21,10 @@ up after one connect timeout, not one per artifact.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import http.client
 import json
 import os
 import sys
@@ -94,6 +96,21 @@ def _hash_prefix(path: str, length: int) -> Any:
     return digest
 
 
+class _LocalWriteFailed(PullFailed):
+    """The host's own disk refused the bytes (ENOSPC, EDQUOT, EIO): not the link, no retry."""
+
+
+def _write(out: IO[bytes], chunk: bytes, part: str) -> None:
+    try:
+        if chunk:
+            out.write(chunk)
+        else:
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise _LocalWriteFailed("cannot write %s: %s" % (part, exc.strerror or exc)) from exc
+
+
 def _download(url: str, part: str, sha: str, size: Optional[int]) -> int:
     """Fill ``part`` with the bytes of ``url``; return the offset it resumed from. Raises on a
     wrong hash or size (the part file is then removed)."""
@@ -121,20 +138,20 @@ def _download(url: str, part: str, sha: str, size: Optional[int]) -> int:
                         if written > limit:
                             raise PullFailed("%s: more than the %d bytes the lock says" % (url, limit))
                         digest.update(chunk)
-                        out.write(chunk)
-                except (OSError, ValueError) as exc:  # cut off mid-file: resume
+                        _write(out, chunk, part)
+                except (OSError, ValueError, http.client.HTTPException) as exc:  # cut off mid-file: resume
                     if attempt + 1 == ATTEMPTS:
                         raise PullFailed("%s: %s" % (url, exc)) from exc
                     continue
-                out.flush()
-                os.fsync(out.fileno())
+                _write(out, b"", part)  # flush and fsync: ENOSPC may only show here
         finally:
             response.close()
-        if size is not None and written != size:
-            if written < size and attempt + 1 < ATTEMPTS:
+        if size is not None and written < size:
+            if attempt + 1 < ATTEMPTS:
                 continue  # the server closed early: ask for the rest
-            os.unlink(part)
-            raise PullFailed("%s: %d bytes, the lock says %d" % (url, written, size))
+            # Kept: the bytes so far are a prefix the next run resumes from (Range), not a
+            # final file; a wrong one fails its hash there and is fetched again from zero.
+            raise PullFailed("%s: cut off at %d of %d bytes (kept to resume)" % (url, written, size))
         if digest.hexdigest() != sha:
             os.unlink(part)
             if start and attempt + 1 < ATTEMPTS:
@@ -176,16 +193,32 @@ class _Puller:
                         self.dead.add(origin)
                     errors.append(str(exc))
                     continue
+                except _LocalWriteFailed as exc:
+                    # The disk is full (or failing): another URL would fill it the same way. The
+                    # part is dropped so that the space comes back; it never had a final name.
+                    _unlink_quietly(part)
+                    errors.append(str(exc))
+                    break
                 except (PullFailed, OSError) as exc:
                     errors.append(str(exc))
                     continue
-                os.makedirs(os.path.dirname(final), exist_ok=True)
-                os.replace(part, final)
+                try:
+                    os.makedirs(os.path.dirname(final), exist_ok=True)  # a directory needs space too
+                    os.replace(part, final)
+                except OSError as exc:
+                    _unlink_quietly(part)
+                    errors.append("cannot write %s: %s" % (final, exc.strerror or exc))
+                    break
                 got = os.path.getsize(final)
                 return {"sha256": sha, "name": name, "size": got, "url": url, "resumed_from": resumed}, None
             if os.path.exists(part) and os.path.getsize(part) == 0:
                 os.unlink(part)  # nothing to resume
         return None, {"sha256": sha, "name": name, "error": "; ".join(errors) or "no URL to fetch it from"}
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def pull(directory: str, items: List[PullItem], jobs: int = JOBS) -> PullAnswer:

@@ -111,16 +111,21 @@ def _receive_into(directory: str, own: str, stream: IO[bytes]) -> List[ReceivedA
         part = os.path.join(own, sha + ".part")
         digest = hashlib.sha256()
         left = size
-        with open(part, "wb") as out:
-            while left:
-                chunk = stream.read(min(CHUNK, left))
-                if not chunk:
-                    raise ReceiveError("%s: stream ended after %d of %d bytes" % (name, size - left, size))
-                digest.update(chunk)
-                out.write(chunk)
-                left -= len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with open(part, "wb") as out:
+                while left:
+                    chunk = stream.read(min(CHUNK, left))
+                    if not chunk:
+                        raise ReceiveError(
+                            "%s: stream ended after %d of %d bytes" % (name, size - left, size)
+                        )
+                    digest.update(chunk)
+                    out.write(chunk)
+                    left -= len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:  # a full disk: say where (the part is removed with its directory)
+            raise ReceiveError("%s: cannot write %s: %s" % (name, part, exc.strerror or exc)) from exc
         if digest.hexdigest() != sha:
             raise ReceiveError("%s: sha256 %s on arrival, expected %s" % (name, digest.hexdigest(), sha))
         os.makedirs(os.path.dirname(final), exist_ok=True)

@@ -60,11 +60,18 @@ def _now() -> str:
 
 
 def read_slots(state: StateDir) -> Dict[str, Any]:
+    """The slots; unknown ones (absent, or damaged: not what ``write_atomic`` writes) are None."""
+    unknown: Dict[str, Any] = {"live": None, "previous": None, "last": None, "at": None}
     try:
         with open(state.slots) as stream:
-            slots: Dict[str, Any] = json.load(stream)
+            slots = json.load(stream)
     except (OSError, ValueError):
-        return {"live": None, "previous": None, "last": None, "at": None}
+        return unknown
+    if not isinstance(slots, dict):
+        return unknown
+    for name in ("live", "previous"):
+        if not isinstance(slots.get(name), dict):
+            slots[name] = None
     return slots
 
 
@@ -94,10 +101,13 @@ def record_rollback(state: StateDir, slots: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def read_stamp(state: StateDir) -> Optional[Dict[str, Any]]:
+    """The stamp, or None: absent, or damaged (truncated, not a table), it proves nothing."""
     try:
         with open(state.stamp) as stream:
-            stamp: Dict[str, Any] = json.load(stream)
+            stamp = json.load(stream)
     except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("digest"), str):
         return None
     return stamp
 

@@ -15,6 +15,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -174,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except EnvlockError as exc:
         return _fail(args.command, exc, args.format == "json")
-    except KeyboardInterrupt:
-        print("envlock: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        detail = str(exc)  # a fleet run says which hosts were running (envlock.fleet.FleetInterrupted)
+        print(f"envlock: interrupted{'; ' + detail if detail else ''}", file=sys.stderr)
+        if threading.active_count() > 1:
+            # Hosts' threads may wait on agents that go on without us: leave now, not when they end.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130

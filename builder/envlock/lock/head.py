@@ -63,7 +63,10 @@ def recall(memo_dir: Path, key: str) -> LockHead | None:
         pyvenv = data["pyvenv"]
         if not isinstance(pyvenv, dict) or not all(isinstance(v, str) for v in pyvenv.values()):
             return None
-        head = LockHead(str(data["digest"]), str(data["python"]), pyvenv, str(data["role"]))
+        facts = (data["digest"], data["python"], data["role"])
+        if not all(isinstance(fact, str) for fact in facts) or not data["digest"].startswith("sha256:"):
+            return None  # not what remember() writes: unknown, parsed again
+        head = LockHead(data["digest"], data["python"], pyvenv, data["role"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return head

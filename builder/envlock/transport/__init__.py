@@ -231,12 +231,14 @@ def _run_agent_once(
                 on_first_line(stdout)
         stdout += proc.stdout.read()
         proc.wait()
-    except BaseException:
+    except BaseException:  # Ctrl-C
         proc.kill()
         proc.wait()
+        # Not a plain join: over a shared SSH master the pipe is held by the master, not by the
+        # ssh client just killed, and stays open as long as the agent there runs (a hang).
+        pump.join(timeout=1)
         raise
-    finally:
-        pump.join()
+    pump.join()
     if proc.returncode != 0:
         if stderr.error is not None:
             report = stderr.error
