@@ -19,8 +19,8 @@ import shutil
 import subprocess
 import threading
 import tomllib
-import zipfile
 import urllib.parse
+import zipfile
 from dataclasses import dataclass, replace
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
