@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -28,13 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from envlock.agent.pathguard import PathError, safe_join
 from envlock.config import SshTarget
 from envlock.errors import EnvlockError
 from envlock.lock.model import Lock
 from envlock.store import Store, blob_key, wheel_key
+from envlock.tmpname import create_exclusive, private_sibling
 from envlock.workspace import Workspace
 
 CHUNK = 1 << 20
+_HEX64 = re.compile("[0-9a-f]{64}")
 
 
 class StorePushError(EnvlockError):
@@ -80,15 +84,15 @@ def push_objects(target: Path | SshTarget, objects: Iterable[tuple[str, Path]]) 
 def _push_dir(root: Path, objects: dict[str, Path]) -> Pushed:
     sent = size = present = 0
     for key, source in objects.items():
-        final = root / key
-        if final.is_file():
+        final = _inside(root, key)
+        if final.is_file() and not final.is_symlink():
             present += 1
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
+        tmp = private_sibling(final, ".part")
         digest = hashlib.sha256()
         try:
-            with open(source, "rb") as src, open(tmp, "wb") as out:
+            with open(source, "rb") as src, create_exclusive(tmp) as out:
                 while chunk := src.read(CHUNK):
                     digest.update(chunk)
                     out.write(chunk)
@@ -104,6 +108,24 @@ def _push_dir(root: Path, objects: dict[str, Path]) -> Pushed:
         sent += 1
         size += source.stat().st_size
     return Pushed(str(root), sent, size, present)
+
+
+def _inside(root: Path, key: str) -> Path:
+    """``root/key``, refused when ``key`` is not a store key or a directory on the way is a symlink.
+
+    The shared store is written by everyone on the team: ``wheels/<sha>`` made
+    a symlink to ``~victim/.config`` would carry this push's file out of it.
+    """
+    parts = key.split("/")
+    shaped = (len(parts) == 3 and parts[0] == "wheels" and _HEX64.fullmatch(parts[1])) or (
+        len(parts) == 3 and parts[0] == "blobs" and _HEX64.fullmatch(parts[2]) and parts[1] == parts[2][:2]
+    )
+    try:
+        if not shaped:
+            raise PathError(f"{key!r}: not a store key (wheels/<sha256>/<name> or blobs/<xx>/<sha256>)")
+        return Path(safe_join(str(root), key, "store.push"))
+    except PathError as exc:
+        raise StorePushError(f"store.push {root}: {exc}; nothing written there") from exc
 
 
 def _sha_of(key: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from envlock.errors import EnvlockError, PublishError
 from envlock.fetch import fetch_one
@@ -89,8 +90,16 @@ def _index_url(workspace: Workspace, options: PublishOptions) -> tuple[str, str 
     index = options.index or config.index
     if index is None:
         raise EnvlockError("no index to publish to: give --index URL, or set [publish] index in envlock.toml")
-    if not index.startswith(("http://", "https://")):
-        raise EnvlockError(f"--index {redact(index)}: expected an http(s) upload URL")
+    try:
+        parts = urlsplit(index)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0-65535
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EnvlockError(f"--index {redact(index)}: expected an http(s) upload URL with a host and port")
+    for name, url in (("--check-url", options.check_url or config.check_url),):
+        if url is not None and redact(url) != url:
+            raise EnvlockError(f"{name} {redact(url)}: no user or password in it (they go to the upload URL)")
     return index, options.check_url or config.check_url
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.parser
 import hashlib
+import re
 import secrets
 import zipfile
 from collections.abc import Callable, Iterator
@@ -292,6 +293,12 @@ def _without_credentials(file: IndexFile) -> IndexFile:
     return replace(file, url=redact(file.url))
 
 
+# "scheme://user:password@": requests quotes the whole URL in some errors ("Failed to parse: ...").
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+
+
 def _short(exc: object) -> str:
+    """The first line of an exception's text, for a message: any URL's user and password cut out."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = _USERINFO.sub(r"\1", text)
     return text if len(text) < 160 else text[:157] + "..."
