@@ -224,11 +224,14 @@ def test_request_errors_quoting_the_url_lose_its_password() -> None:
 
 
 def test_publish_to_a_bad_port_is_one_line_without_the_password(tmp_path: Path) -> None:
-    from lockfactory import make_lock, write_lock_files
+    from envlock.lock.digest import lock_digest
+    from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
 
     write_profile(tmp_path, "h1", tmp_path / "venv", None)
-    write_lock_files(tmp_path / "locks", make_lock("h1", [pkg("alpha", "1.0", source="repacked")]))
-    for index in ("http://u:sekret@127.0.0.1:99999/", "http://u:sekret@[::1/"):
+    packages = [pkg("alpha", "1.0", source="repacked")]  # a store wheel: publish has work to do
+    lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
+    write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
+    for index in ("http://u:sekret@127.0.0.1:99999/", "http://u:sekret@[::1/", "http://u:sekret@127.0.0.1:1/"):
         proc = run_envlock(tmp_path, "publish", "h1", "--index", index)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "sekret" not in proc.stdout + proc.stderr
