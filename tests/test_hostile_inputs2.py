@@ -14,8 +14,8 @@ import http.server
 import io
 import json
 import os
-import tarfile
 import subprocess
+import tarfile
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -132,7 +132,7 @@ def test_bundle_import_never_writes_through_a_planted_temp_name(tmp_path: Path) 
     folder.mkdir(parents=True)
     (folder / f".{NAME}.{os.getpid()}.part").symlink_to(victim)
     bundle = _bundle(tmp_path / "b.tar", {f"store/wheels/{SHA}/{NAME}": DATA})
-    with pytest.raises(BundleError, match="listed member|expected one lock"):
+    with pytest.raises(BundleError, match=r"listed member|expected one lock"):
         import_bundle(open_workspace(root), bundle, "h1", tmp_path / "into")
     assert victim.read_bytes() == b"precious\n"
     assert (folder / NAME).read_bytes() == DATA
@@ -160,7 +160,7 @@ class _Endless(http.server.BaseHTTPRequestHandler):
     sent = 0
     BOUND = 64 << 20
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(1 << 40))  # a lie, and huge
         self.end_headers()
@@ -172,7 +172,7 @@ class _Endless(http.server.BaseHTTPRequestHandler):
         except OSError:
             pass  # the client hung up: what the fix does
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -231,7 +231,11 @@ def test_publish_to_a_bad_port_is_one_line_without_the_password(tmp_path: Path) 
     packages = [pkg("alpha", "1.0", source="repacked")]  # a store wheel: publish has work to do
     lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
     write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
-    for index in ("http://u:sekret@127.0.0.1:99999/", "http://u:sekret@[::1/", "http://u:sekret@127.0.0.1:1/"):
+    for index in (
+        "http://u:sekret@127.0.0.1:99999/",
+        "http://u:sekret@[::1/",
+        "http://u:sekret@127.0.0.1:1/",
+    ):
         proc = run_envlock(tmp_path, "publish", "h1", "--index", index)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "sekret" not in proc.stdout + proc.stderr

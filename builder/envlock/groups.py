@@ -24,7 +24,6 @@ from envlock.errors import GroupError, ProfileError
 from envlock.hosts import GROUPS_FILE, HOST_NAME, load_profile
 from envlock.workspace import Workspace
 
-
 MAX_PROBLEMS = 20  # named in one error line; a generated file can hold thousands
 MAX_NAMED = 50  # known groups named in a message
 
