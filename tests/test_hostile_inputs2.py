@@ -14,6 +14,7 @@ import http.server
 import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 import threading
@@ -25,7 +26,7 @@ import pytest
 
 from conftest import write_profile
 from envlock.airgap import BundleError, import_bundle
-from envlock.config import ConfigError, parse_config
+from envlock.config import ConfigError, SshTarget, parse_config
 from envlock.fetch import ArtifactError, fetch_one
 from envlock.lock.head import LockHead, recall, remember
 from envlock.publish.credentials import redact
@@ -340,3 +341,52 @@ def test_a_symlinked_or_writable_memo_file_is_not_trusted(tmp_path: Path) -> Non
     writable.write_text(json.dumps(FORGED))
     writable.chmod(0o666)
     assert recall(memo, "e" * 64) is None
+
+
+# ------------------------------------------------------------- store.push over ssh
+
+
+@pytest.fixture
+def ssh_push(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshTarget]:
+    """A real sshd on loopback; ``ssh`` on PATH is the system client reading the rig's config
+    (storepush runs plain ``ssh``, which reads ~/.ssh/config, a file the tests must not touch)."""
+    from sshrig import SshRig
+
+    rig = SshRig.start(tmp_path / "rig", ("ct-store",))
+    shim = tmp_path / "bin" / "ssh"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {rig.config} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    try:
+        yield SshTarget(host="ct-store", port=None, path=str(tmp_path / "shared"))
+    finally:
+        rig.stop()
+
+
+def test_ssh_push_refuses_symlinks_a_teammate_planted_in_the_store(
+    tmp_path: Path, source: Path, ssh_push: SshTarget
+) -> None:
+    shared, elsewhere = Path(ssh_push.path), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # A clean push works end to end (tar over ssh, sha256 checked on arrival, renamed into place).
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"other object")
+    other_sha = hashlib.sha256(b"other object").hexdigest()
+    assert push_objects(ssh_push, [(blob_key(other_sha), other)]).objects == 1
+    assert (shared / blob_key(other_sha)).read_bytes() == b"other object"
+    # wheels/<sha> made a symlink out of the store: refused, nothing lands there.
+    (shared / "wheels").mkdir()
+    (shared / "wheels" / SHA).symlink_to(elsewhere)
+    with pytest.raises(StorePushError, match="is a symlink; refusing to write through it"):
+        push_objects(ssh_push, [(wheel_key(SHA, NAME), source)])
+    assert list(elsewhere.iterdir()) == []
+    # A directory at the final name: mv would move the object into it.
+    (shared / "wheels" / SHA).unlink()
+    (shared / wheel_key(SHA, NAME)).mkdir(parents=True)
+    with pytest.raises(StorePushError, match="is a directory; refusing to write into it"):
+        push_objects(ssh_push, [(wheel_key(SHA, NAME), source)])
+    assert list((shared / wheel_key(SHA, NAME)).iterdir()) == []
+    # A key that is not a store key never reaches the remote shell.
+    with pytest.raises(StorePushError, match="not a store key"):
+        push_objects(ssh_push, [("wheels/../../x", source)])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from envlock.agent.pathguard import PathError, safe_join
+from envlock.agent.pathguard import PathError, check_relative, safe_join
 from envlock.config import SshTarget
 from envlock.errors import EnvlockError
 from envlock.lock.model import Lock
@@ -116,16 +116,28 @@ def _inside(root: Path, key: str) -> Path:
     The shared store is written by everyone on the team: ``wheels/<sha>`` made
     a symlink to ``~victim/.config`` would carry this push's file out of it.
     """
+    _check_key(key, str(root))
+    try:
+        return Path(safe_join(str(root), key, "store.push"))
+    except PathError as exc:
+        raise StorePushError(f"store.push {root}: {exc}; nothing written there") from exc
+
+
+def _check_key(key: str, shown: str) -> None:
+    """``wheels/<sha256>/<name>`` or ``blobs/<xx>/<sha256>``, each part one plain path component."""
     parts = key.split("/")
     shaped = (len(parts) == 3 and parts[0] == "wheels" and _HEX64.fullmatch(parts[1])) or (
         len(parts) == 3 and parts[0] == "blobs" and _HEX64.fullmatch(parts[2]) and parts[1] == parts[2][:2]
     )
     try:
-        if not shaped:
-            raise PathError(f"{key!r}: not a store key (wheels/<sha256>/<name> or blobs/<xx>/<sha256>)")
-        return Path(safe_join(str(root), key, "store.push"))
-    except PathError as exc:
-        raise StorePushError(f"store.push {root}: {exc}; nothing written there") from exc
+        check_relative(key, "store.push")
+    except PathError:
+        shaped = False
+    if not shaped:
+        raise StorePushError(
+            f"store.push {shown}: {key!r}: not a store key (wheels/<sha256>/<name> or blobs/<xx>/<sha256>); "
+            "nothing written there"
+        )
 
 
 def _sha_of(key: str) -> str:
@@ -137,7 +149,9 @@ def _sha_of(key: str) -> str:
 # Run by the remote login shell with the store root as $1. Reads keys on stdin; prints those present.
 _PRESENT = 'root=$1; while IFS= read -r k; do [ -f "$root/$k" ] && printf "%s\\n" "$k"; done; exit 0'
 # Unpacks a tar of keys from stdin into a private directory, checks each file's sha256
-# (when sha256sum exists) against its key, and renames it into place.
+# (when sha256sum exists) against its key, and renames it into place. The store is written
+# by the whole team: a directory on the way, or the final name, that is a symlink (or a
+# directory at the final name, which mv would move the file into) is refused, not followed.
 _RECEIVE = r"""
 set -e
 root=$1
@@ -157,7 +171,13 @@ find . -type f | while IFS= read -r f; do
     got=$(sha256sum < "$k" | cut -c1-64)
     [ "$got" = "$want" ] || { echo "$k: sha256 $got on arrival" >&2; exit 4; }
   fi
-  mkdir -p "$root/$(dirname "$k")"
+  top=${k%%/*}
+  mid=$(dirname "$k")
+  for p in "$root/$top" "$root/$mid" "$root/$k"; do
+    if [ -L "$p" ]; then echo "$p is a symlink; refusing to write through it" >&2; exit 5; fi
+  done
+  if [ -d "$root/$k" ]; then echo "$root/$k is a directory; refusing to write into it" >&2; exit 5; fi
+  mkdir -p "$root/$mid"
   mv -f "$k" "$root/$k"
 done
 """
@@ -184,6 +204,8 @@ def _ssh(target: SshTarget, script: str, stdin: bytes | IO[bytes]) -> bytes:
 
 def _push_ssh(target: SshTarget, objects: dict[str, Path]) -> Pushed:
     keys = sorted(objects)
+    for key in keys:
+        _check_key(key, str(target))
     answer = _ssh(target, _PRESENT, stdin="".join(k + "\n" for k in keys).encode())
     there = set(answer.decode(errors="replace").splitlines())
     missing = [k for k in keys if k not in there]
