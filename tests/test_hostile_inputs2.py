@@ -390,3 +390,83 @@ def test_ssh_push_refuses_symlinks_a_teammate_planted_in_the_store(
     # A key that is not a store key never reaches the remote shell.
     with pytest.raises(StorePushError, match="not a store key"):
         push_objects(ssh_push, [("wheels/../../x", source)])
+
+
+# ------------------------------------------------------------- the host pulling from a hostile server
+
+
+class _Liar(http.server.BaseHTTPRequestHandler):
+    """Every way a store server can lie about ``DATA``, by path."""
+
+    other = ""  # another origin, for the cross-host redirect
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = self.path.rsplit("/", 1)[0]
+        if path == "/to-file":
+            self._redirect("file:///etc/passwd")
+        elif path == "/to-other":
+            self._redirect(self.other + "/wrong/" + NAME)
+        elif path == "/wrong":  # the right size, other bytes
+            self._body(200, b"X" * len(DATA))
+        elif path == "/range-lie":  # says 206 from offset 100, sends that many bytes from 0
+            self._body(206, DATA[:-100], {"Content-Range": f"bytes 100-{len(DATA) - 1}/{len(DATA)}"})
+        elif path == "/endless":
+            self._body(200, b"\0" * (8 << 20), {"Content-Length": str(1 << 40)})
+        else:
+            self._body(404, b"")
+
+    def _redirect(self, where: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", where)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _body(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for key, value in {"Content-Length": str(len(data)), **(headers or {})}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def test_the_host_refuses_every_lie_of_a_store_server(tmp_path: Path) -> None:
+    """Held before this pass (urllib refuses a redirect to file://; sizes and hashes are checked);
+    kept as a regression test of the host side against a server that lies."""
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Liar) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    base, _Liar.other = (f"http://127.0.0.1:{s.server_address[1]}" for s in servers)
+    drop = tmp_path / "drop"
+    (drop / ".pulling").mkdir(parents=True)
+    # A kept part makes the agent ask for a range, so the lying 206 is what it gets.
+    (drop / ".pulling" / f"{SHA}-{NAME}.part").write_bytes(DATA[:100])
+    routes = ("range-lie", "to-file", "to-other", "wrong", "endless")
+    item = {"sha256": SHA, "name": NAME, "size": len(DATA), "urls": [f"{base}/{r}/{NAME}" for r in routes]}
+    try:
+        proc = subprocess.run(
+            [str(Path(ENVLOCK).parent / "python"), "-m", "envlock.agent", "pull", "--dir", str(drop)],
+            input=json.dumps([item]),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["pulled"] == [], answer
+    (failed,) = answer["failed"]
+    said = {r: failed["error"].split(f"/{r}/{NAME}: ")[1] for r in routes}
+    assert said["range-lie"].startswith("924 bytes, the lock says 1024"), said
+    assert said["to-file"].startswith("HTTP 302"), said  # urllib will not follow to file://
+    assert said["to-other"].startswith("sha256 ") and said["wrong"].startswith("sha256 "), said
+    assert said["endless"].startswith("more than the 1024 bytes the lock says"), said
+    assert not (drop / SHA).exists()
