@@ -470,3 +470,44 @@ def test_the_host_refuses_every_lie_of_a_store_server(tmp_path: Path) -> None:
     assert said["to-other"].startswith("sha256 ") and said["wrong"].startswith("sha256 "), said
     assert said["endless"].startswith("more than the 1024 bytes the lock says"), said
     assert not (drop / SHA).exists()
+
+
+# ------------------------------------------------------------- ABI symbols in the lock's literal strings
+
+
+HOSTILE_SYMBOLS = (
+    "plain_symbol@@GLIBC_2.17",
+    "quote'inside",
+    "'''",
+    'double"quote',
+    "back\\slash",
+    "new\nline",
+    "nul\0byte",
+    "bell\x07",
+    "del\x7f",
+    "    ',",  # what a rewritten line looks like, as a symbol
+    "]",
+    "\u2028line separator",
+    "tab\there",
+    "provides = [",
+)
+
+
+def test_hostile_symbols_survive_the_literal_string_writer() -> None:
+    """Held: ``_literal_symbols`` rewrites only what is safe as a literal string; every other
+    symbol keeps tomli_w's escaped basic string, and the lock reads back the same."""
+    from envlock.lock.io import lock_from_text, render_lock
+    from lockfactory import lib, make_lock
+
+    native = replace(
+        lib("site-packages/alpha/_core.so"),
+        provides=HOSTILE_SYMBOLS,
+        takes={"beta": HOSTILE_SYMBOLS, "q'uote\"d": ("x",)},
+    )
+    lock = make_lock("h1", [pkg("alpha", "1.0", native=[native])])
+    text = render_lock(lock).decode()
+    again = lock_from_text(text, "hostile")
+    (read,) = again.packages[0].native
+    assert sorted(read.provides) == sorted(HOSTILE_SYMBOLS)  # the writer sorts them
+    assert {k: sorted(v) for k, v in read.takes.items()} == {k: sorted(v) for k, v in native.takes.items()}
+    assert "    'plain_symbol@@GLIBC_2.17'," in text  # the fast form is still used where it is safe
