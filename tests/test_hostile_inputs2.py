@@ -242,6 +242,19 @@ def test_publish_to_a_bad_port_is_one_line_without_the_password(tmp_path: Path) 
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "sekret" not in proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # The simple index is read with the upload credentials only when it is the upload URL's
+    # origin; a user and password in --check-url would be shown in messages: refused.
+    proc = run_envlock(
+        tmp_path,
+        "publish",
+        "h1",
+        "--index",
+        "http://127.0.0.1:1/",
+        "--check-url",
+        "http://u:sekret@127.0.0.1:1/",
+    )
+    assert proc.returncode == 2 and "no user or password in it" in proc.stderr, proc.stderr
+    assert "sekret" not in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -510,3 +523,21 @@ def test_hostile_symbols_survive_the_literal_string_writer() -> None:
     assert sorted(read.provides) == sorted(HOSTILE_SYMBOLS)  # the writer sorts them
     assert {k: sorted(v) for k, v in read.takes.items()} == {k: sorted(v) for k, v in native.takes.items()}
     assert "    'plain_symbol@@GLIBC_2.17'," in text  # the fast form is still used where it is safe
+
+
+@pytest.mark.parametrize(
+    "push",
+    [
+        "ssh://-oProxyCommand=touch%20/tmp/pwned/srv/store",
+        "ssh://-oProxyCommand=x@host/srv/store",
+        "ssh://host/srv/../etc",
+        "ssh://user:pw@host/srv/store",
+        "ssh://host:22x/srv/store",
+        "ssh://host/srv/store\n-oProxyCommand=x",
+    ],
+)
+def test_store_push_option_injection_is_refused(tmp_path: Path, push: str) -> None:
+    """Held: the host and user may not start with "-" (and ssh gets "--" before the host anyway);
+    no password, port that is not a number, ``..`` or control character passes."""
+    with pytest.raises(ConfigError, match="store.push"):
+        parse_config({"store": {"push": push}}, tmp_path)
