@@ -541,3 +541,59 @@ def test_store_push_option_injection_is_refused(tmp_path: Path, push: str) -> No
     no password, port that is not a number, ``..`` or control character passes."""
     with pytest.raises(ConfigError, match="store.push"):
         parse_config({"store": {"push": push}}, tmp_path)
+
+
+class _HostileIndex(http.server.BaseHTTPRequestHandler):
+    """A simple index that lists the lock's own file (the right sha256) at a URL of its choosing."""
+
+    listed_url = ""
+    sha256 = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.rstrip("/") != "/simple/alpha":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        page = {
+            "meta": {"api-version": "1.0"},
+            "name": "alpha",
+            "files": [{"filename": NAME, "url": self.listed_url, "hashes": {"sha256": self.sha256}}],
+        }
+        data = json.dumps(page).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.mark.parametrize("listed", ["file:///etc/passwd", "ftp://127.0.0.1/x.whl", "javascript:alert(1)"])
+def test_publish_refuses_an_index_that_lists_a_url_no_host_can_fetch(tmp_path: Path, listed: str) -> None:
+    """The index's answer goes into the lock: a file:// URL there made the rewritten lock
+    unreadable (a published wheel must come from an http(s) URL)."""
+    from envlock.lock.digest import lock_digest
+    from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
+
+    write_profile(tmp_path, "h1", tmp_path / "venv", None)
+    packages = [pkg("alpha", "1.0", source="repacked", filename=NAME)]
+    lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
+    lock_path = write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
+    before = lock_path.read_bytes()
+    _HostileIndex.listed_url, _HostileIndex.sha256 = listed, packages[0].wheel.sha256
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileIndex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        proc = run_envlock(
+            tmp_path, "publish", "h1", "--index", base + "/upload/", "--check-url", base + "/simple/"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not an http(s) URL a host can fetch" in proc.stderr, proc.stderr
+    assert lock_path.read_bytes() == before

@@ -171,6 +171,7 @@ def _publish_one(
     art = pkg.wheel
     listed = index.listed(pkg.name).get(art.filename)
     if listed is not None:
+        _check_listed_url(index, listed.url)
         _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
         return "present", listed.url
     if dry_run:
@@ -186,8 +187,25 @@ def _publish_one(
             f"index {index.shown}: {'accepted' if answer == 'uploaded' else 'refused'} {art.filename} "
             f"but does not list it at {redact(index.check_url)}"
         )
+    _check_listed_url(index, listed.url)
     _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
     return ("uploaded" if answer == "uploaded" else "present"), listed.url
+
+
+def _check_listed_url(index: PrivateIndex, url: str) -> None:
+    """The URL an index lists for a file goes into the lock, and every host fetches from it:
+    an http(s) URL with a host, nothing else (a ``file://`` URL would make the lock
+    unreadable, another scheme unfetchable, and a control character could forge lines)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
+        raise PublishError(
+            f"index {index.shown} lists {redact(url)!r} for a file: not an http(s) URL a host can fetch; "
+            "the lock is left as it was"
+        )
 
 
 def _same_bytes(index: PrivateIndex, art: Artifact, listed_sha256: str) -> None:
