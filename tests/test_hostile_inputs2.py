@@ -558,7 +558,13 @@ class _HostileIndex(http.server.BaseHTTPRequestHandler):
         page = {
             "meta": {"api-version": "1.0"},
             "name": "alpha",
-            "files": [{"filename": NAME, "url": self.listed_url, "hashes": {"sha256": self.sha256}}],
+            "files": [
+                {
+                    "filename": NAME,
+                    "url": self.listed_url,
+                    "hashes": {"sha256": self.sha256} if self.sha256 else {},
+                }
+            ],
         }
         data = json.dumps(page).encode()
         self.send_response(200)
@@ -597,3 +603,31 @@ def test_publish_refuses_an_index_that_lists_a_url_no_host_can_fetch(tmp_path: P
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not an http(s) URL a host can fetch" in proc.stderr, proc.stderr
     assert lock_path.read_bytes() == before
+
+
+def test_publish_stops_hashing_an_endless_file_the_index_lists_without_a_sha256(
+    tmp_path: Path, endless: str
+) -> None:
+    """The page gives no sha256, so publish downloads the file to hash it: a server streaming
+    without end is cut one byte past the lock's size."""
+    from envlock.lock.digest import lock_digest
+    from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
+
+    write_profile(tmp_path, "h1", tmp_path / "venv", None)
+    packages = [pkg("alpha", "1.0", source="repacked", filename=NAME)]
+    lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
+    write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
+    _HostileIndex.listed_url, _HostileIndex.sha256 = endless + NAME, ""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileIndex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        proc = run_envlock(
+            tmp_path, "publish", "h1", "--index", base + "/upload/", "--check-url", base + "/simple/"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "serves more than the lock's 1000 bytes" in proc.stderr, proc.stderr
+    assert _Endless.sent < _Endless.BOUND

@@ -172,7 +172,7 @@ def _publish_one(
     listed = index.listed(pkg.name).get(art.filename)
     if listed is not None:
         _check_listed_url(index, listed.url)
-        _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
+        _same_bytes(index, art, listed.sha256 or index.sha256_of(listed, art.size))
         return "present", listed.url
     if dry_run:
         return "upload", None
@@ -188,7 +188,7 @@ def _publish_one(
             f"but does not list it at {redact(index.check_url)}"
         )
     _check_listed_url(index, listed.url)
-    _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
+    _same_bytes(index, art, listed.sha256 or index.sha256_of(listed, art.size))
     return ("uploaded" if answer == "uploaded" else "present"), listed.url
 
 
