@@ -539,7 +539,7 @@ def test_hostile_symbols_survive_the_literal_string_writer() -> None:
 def test_store_push_option_injection_is_refused(tmp_path: Path, push: str) -> None:
     """Held: the host and user may not start with "-" (and ssh gets "--" before the host anyway);
     no password, port that is not a number, ``..`` or control character passes."""
-    with pytest.raises(ConfigError, match="store.push"):
+    with pytest.raises(ConfigError, match=r"store\.push"):
         parse_config({"store": {"push": push}}, tmp_path)
 
 
@@ -549,7 +549,7 @@ class _HostileIndex(http.server.BaseHTTPRequestHandler):
     listed_url = ""
     sha256 = ""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path.rstrip("/") != "/simple/alpha":
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -573,7 +573,7 @@ class _HostileIndex(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
