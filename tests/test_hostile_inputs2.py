@@ -631,3 +631,40 @@ def test_publish_stops_hashing_an_endless_file_the_index_lists_without_a_sha256(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "serves more than the lock's 1000 bytes" in proc.stderr, proc.stderr
     assert _Endless.sent < _Endless.BOUND
+
+
+class _EscapingReason(http.server.BaseHTTPRequestHandler):
+    """Refuses every file with a reason phrase that would retitle the terminal and ring its bell."""
+
+    def do_GET(self) -> None:
+        self.send_response(404, "Not Found\x1b]0;owned\x07\x1b[2J")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_server_cannot_send_escape_sequences_to_the_terminal(tmp_path: Path) -> None:
+    from envlock.lock.digest import lock_digest
+    from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EscapingReason)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/{NAME}"
+    write_profile(tmp_path, "h1", tmp_path / "venv", None)
+    from envlock.lock.digest import tree_digest
+
+    alpha = pkg("alpha", "1.0", filename=NAME)
+    rows = rows_for([alpha])
+    packages = [replace(alpha, wheel=replace(alpha.wheel, url=url), tree_digest=tree_digest(rows))]
+    lock, manifest = with_manifest(make_lock("h1", packages), rows)
+    write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
+    try:
+        proc = run_envlock(tmp_path, "bundle", "h1", "-o", str(tmp_path / "h1.bundle"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Not Found\\x1b]0;owned\\x07\\x1b[2J" in proc.stderr, proc.stderr  # shown, escaped
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
