@@ -428,7 +428,7 @@ def test_an_index_listing_a_non_http_url_is_refused(ws: Workspace, tmp_path: Pat
         )
         server.shutdown()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"{pkg.wheel.filename}: index {ws.index.url} lists it at 'file:///etc/" in proc.stderr, proc.stderr
+    assert f"{pkg.wheel.filename}: index {ws.index.url} lists 'file:///etc/" in proc.stderr, proc.stderr
 
 
 def test_the_index_comes_from_the_flag_or_envlock_toml(ws: Workspace, tmp_path: Path) -> None:

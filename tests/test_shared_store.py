@@ -468,3 +468,39 @@ def test_a_hostile_bundle_is_refused(tmp_path: Path, shared: Shared, bundle: Pat
         assert not list(tmp_path.rglob("x")) and not list(root.rglob("*.part")), what
         if what == "hash":  # the damaged wheel never took its name in the store
             assert not list(root.glob("store/wheels/*/localpkg-*.whl"))
+
+
+def test_a_bundle_carrying_another_uv_never_runs_it(tmp_path: Path, shared: Shared, bundle: Path) -> None:
+    """The bundle's uv is named by nothing reviewed (the lock matches the workspace's; the uv
+    only matches the bundle's own listing): the host installs with the controller's uv."""
+    import hashlib
+    import shutil
+    import tarfile
+
+    marker = tmp_path / "the-bundles-uv-ran"
+    fake = (
+        f'#!/bin/sh\ntouch {marker}\nexec {shutil.which("uv") or Path(ENVLOCK).parent / "uv"} "$@"\n'.encode()
+    )
+    fake_sha = hashlib.sha256(fake).hexdigest()
+
+    def swap(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        if info.name == "envlock-bundle.json":
+
+            def edit(table: dict[str, Any]) -> None:
+                for member in table["members"]:
+                    if member["path"].startswith("uv/"):
+                        member.update(path=f"uv/{fake_sha}/uv", sha256=fake_sha, size=len(fake))
+
+            return [_sized(info, _listing_with(data, edit))]
+        if info.name.startswith("uv/"):
+            info.name = f"uv/{fake_sha}/uv"
+            info.mode = 0o755
+            return [_sized(info, fake)]
+        return [(info, data)]
+
+    swapped = _rewrite(bundle, tmp_path / "swapped.bundle", swap)
+    target = tmp_path / "target-venv"
+    root = offline_clone(shared, tmp_path / "clone", target)
+    proc = offline_apply(root, tmp_path / "home", "--from", str(swapped))
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from envlock.agent.pathguard import PathError, safe_join
 from envlock.errors import EnvlockError, LockError
 from envlock.fetch import VerifiedCache, blob, fetch_one
 from envlock.lock.digest import check_lock_digest
@@ -35,6 +36,7 @@ from envlock.lock.io import read_lock
 from envlock.lock.manifest import manifest_sha256, read_manifest_bytes
 from envlock.lock.model import Lock
 from envlock.store import Store, blob_key, open_store, wheel_key
+from envlock.tmpname import create_exclusive, private_sibling
 from envlock.transfer import uv_binary
 from envlock.workspace import LockedVenv, Workspace
 
@@ -117,9 +119,12 @@ def write_bundle(
     }
     data = json.dumps(listing, indent=1, sort_keys=True).encode()
     out = out.absolute()
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+    tmp = private_sibling(out, ".part")
     try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        with (
+            create_exclusive(tmp) as raw,
+            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
             _add(tar, LISTING, len(data), _bytes_reader(data))
             for (name, path), member in zip(members, listed, strict=True):
                 if on_member is not None:
@@ -246,12 +251,15 @@ def _extract_all(
         if info.size != member.size:
             raise BundleError(f"{shown}: {info.name}: {info.size} bytes, the listing says {member.size}")
         seen.add(info.name)
-        if info.name.startswith("store/"):
-            target = store.root / info.name.removeprefix("store/")
-            if target.is_file() and _hash(target) == member.sha256:
-                continue  # already in the store
-        else:
-            target = into / info.name
+        try:  # the name is checked already; a symlinked directory on the way is refused here
+            if info.name.startswith("store/"):
+                target = Path(safe_join(str(store.root), info.name.removeprefix("store/"), "bundle member"))
+                if target.is_file() and not target.is_symlink() and _hash(target) == member.sha256:
+                    continue  # already in the store
+            else:
+                target = Path(safe_join(str(into), info.name, "bundle member"))
+        except PathError as exc:
+            raise BundleError(f"{shown}: {exc}") from exc
         stream = tar.extractfile(info)
         assert stream is not None
         _write_checked(stream, target, member, shown)
@@ -264,12 +272,12 @@ def _rest(tar: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
 
 
 def _write_checked(stream: IO[bytes], target: Path, member: Member, shown: str) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    tmp = private_sibling(target, ".part")
     digest = hashlib.sha256()
     try:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as out:
+            with create_exclusive(tmp) as out:
                 while chunk := stream.read(CHUNK):
                     digest.update(chunk)
                     out.write(chunk)

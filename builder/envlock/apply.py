@@ -370,11 +370,21 @@ def apply(
 
 def _from_bundle(workspace: Workspace, host: str, bundle: Path, into: Path) -> ImportedBundle:
     """The bundle, checked and its objects in the store; refused when the workspace holds
-    another lock for the host (apply what was reviewed, or say why not)."""
+    another lock for the host (apply what was reviewed, or say why not).
+
+    The bundle's uv is checked only against the bundle's own listing, and nothing reviewed
+    names it: a tampered bundle could carry any program there, and the host runs it. So
+    the host gets this controller's own uv (as every other apply ships it) unless the
+    bundle's is byte for byte the same."""
     from envlock.airgap import import_bundle
+    from envlock.fetch import hash_file
     from envlock.lock.io import read_lock
+    from envlock.transfer import uv_binary
 
     imported = import_bundle(workspace, bundle, host, into)
+    own_uv = uv_binary()
+    if hash_file(own_uv) != hash_file(imported.uv):
+        imported = replace(imported, uv=own_uv)
     mine = workspace.lock_path(host)
     if mine.is_file():
         digest = read_lock(mine, shown=workspace.shown(mine)).digest

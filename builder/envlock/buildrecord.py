@@ -25,6 +25,7 @@ from typing import Any
 
 from envlock.errors import EnvlockError
 from envlock.store import Store
+from envlock.tmpname import create_exclusive, private_sibling
 
 RECORD_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -86,8 +87,9 @@ def record_path(store: Store, sha256: str) -> Path:
 def write_record(store: Store, record: BuildRecord) -> Path:
     path = record_path(store, record.sha256)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    tmp.write_text(json.dumps(asdict(record), indent=1, sort_keys=True) + "\n")
+    tmp = private_sibling(path, ".part")
+    with create_exclusive(tmp) as out:
+        out.write((json.dumps(asdict(record), indent=1, sort_keys=True) + "\n").encode())
     os.replace(tmp, path)
     return path
 

@@ -129,16 +129,39 @@ def _string(table: dict[str, Any], field_name: str) -> str | None:
     return value
 
 
+def _shown(url: str) -> str:
+    """``url`` for a message: whatever stands before an "@" in its authority (a password) left out."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, tail = rest.partition("/")
+    return scheme + sep + authority.rpartition("@")[2] + slash + tail if sep else url
+
+
 def _slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
 def _http_url(value: str, field_name: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0-65535
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+    ):
         raise ConfigError(
-            f"{CONFIG_NAME}: {field_name}: expected an http:// or https:// URL "
-            f"without query or fragment, got {value!r}"
+            f"{CONFIG_NAME}: {field_name}: expected an http:// or https:// URL with a host and port "
+            f"and without query or fragment, got {_shown(value)!r}"
+        )
+    if parts.password is not None:
+        # envlock.toml is committed; the URL is also shown in messages, JSON and the lock.
+        raise ConfigError(
+            f"{CONFIG_NAME}: {field_name}: no password in the URL {_shown(value)!r} "
+            "(envlock.toml is committed: give credentials through ~/.netrc or the environment)"
         )
     return _slash(value)
 

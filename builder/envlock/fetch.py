@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 from envlock.errors import EnvlockError
 from envlock.lock.model import Artifact, Package
 from envlock.store import Store, blob_key, wheel_key
-from envlock.tmpname import private_sibling
+from envlock.tmpname import create_exclusive, private_sibling
 
 CHUNK = 1 << 20
 
@@ -48,12 +48,20 @@ def _copy_verified(
     read: Callable[[int], bytes], target: Path, art: Artifact | tuple[str, str], where: str
 ) -> None:
     filename, sha256 = (art.filename, art.sha256) if isinstance(art, Artifact) else art
+    # A server (or a file) may answer with endless bytes: stop one byte past what the lock says.
+    limit = art.size if isinstance(art, Artifact) and art.size is not None and art.size >= 0 else None
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = private_sibling(target, ".part")
     digest = hashlib.sha256()
+    written = 0
     try:
-        with open(tmp, "wb") as out:
+        with create_exclusive(tmp) as out:
             while chunk := read(CHUNK):
+                written += len(chunk)
+                if limit is not None and written > limit:
+                    raise ArtifactError(
+                        f"{filename} from {where}: more than the {limit} bytes the lock says; refusing it"
+                    )
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() != sha256:

@@ -24,6 +24,9 @@ from envlock.errors import GroupError, ProfileError
 from envlock.hosts import GROUPS_FILE, HOST_NAME, load_profile
 from envlock.workspace import Workspace
 
+MAX_PROBLEMS = 20  # named in one error line; a generated file can hold thousands
+MAX_NAMED = 50  # known groups named in a message
+
 
 @dataclass(frozen=True, slots=True)
 class Targets:
@@ -55,7 +58,10 @@ def read_groups(workspace: Workspace) -> dict[str, tuple[str, ...]]:
     groups, problems = _parse(data)
     problems += _cycles(groups)
     if problems:
-        raise GroupError(f"{shown}: " + "; ".join(problems))
+        shown_problems = problems[:MAX_PROBLEMS]
+        if len(problems) > MAX_PROBLEMS:
+            shown_problems.append(f"and {len(problems) - MAX_PROBLEMS} more")
+        raise GroupError(f"{shown}: " + "; ".join(shown_problems))
     return groups
 
 
@@ -77,38 +83,56 @@ def _parse(data: Mapping[str, object]) -> tuple[dict[str, tuple[str, ...]], list
             else:
                 members.append(item)
         groups[name] = tuple(members)
+    known = None  # the list of known groups, built once (a file may name thousands of unknown ones)
     for name, listed in groups.items():
         for member in listed:
             if member.startswith("@") and member[1:] not in groups:
-                problems.append(f"{name}: unknown group {member!r}{_known(groups)}")
+                known = _known(groups) if known is None else known
+                problems.append(f"{name}: unknown group {member!r}{known}")
     return groups, problems
 
 
 def _cycles(groups: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """Each group that contains itself through others, as the path that closes the loop."""
+    """Each group that contains itself through others, as the path that closes the loop.
+
+    An iterative depth-first walk that visits each group once: a file is
+    hostile input, and 100,000 groups nested in a chain must neither exhaust
+    Python's recursion limit nor take quadratic time.
+    """
     found: list[str] = []
-    reported: set[frozenset[str]] = set()
-
-    def walk(name: str, path: list[str]) -> None:
-        for member in groups.get(name, ()):
-            if not member.startswith("@"):
+    done: set[str] = set()
+    for root in groups:
+        if root in done:
+            continue
+        path = [root]
+        on_path = {root}
+        stack = [iter(groups[root])]
+        while stack:
+            member = next(stack[-1], None)
+            if member is None:
+                stack.pop()
+                done.add(path[-1])
+                on_path.discard(path.pop())
                 continue
-            child = member[1:]
-            if child in path:
+            child = member[1:] if member.startswith("@") else None
+            if child is None or child not in groups or child in done:
+                continue
+            if child in on_path:
                 loop = [*path[path.index(child) :], child]
-                if frozenset(loop) not in reported:
-                    reported.add(frozenset(loop))
-                    found.append("group cycle " + " -> ".join(f"@{g}" for g in loop))
-            elif child in groups:
-                walk(child, [*path, child])
-
-    for name in groups:
-        walk(name, [name])
+                found.append("group cycle " + " -> ".join(f"@{g}" for g in loop))
+                continue
+            path.append(child)
+            on_path.add(child)
+            stack.append(iter(groups[child]))
     return found
 
 
 def _known(groups: Mapping[str, object]) -> str:
-    return f" (known groups: {', '.join('@' + g for g in sorted(groups))})" if groups else ""
+    if not groups:
+        return ""
+    names = sorted(groups)
+    more = f", and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return f" (known groups: {', '.join('@' + g for g in names[:MAX_NAMED])}{more})"
 
 
 def expand_targets(workspace: Workspace, words: Sequence[str]) -> Targets:
@@ -117,28 +141,36 @@ def expand_targets(workspace: Workspace, words: Sequence[str]) -> Targets:
     hosts: dict[str, str | None] = {}  # host -> the group that named it (None: the command line)
     shown = workspace.shown(workspace.hosts_dir / GROUPS_FILE)
 
-    def add(member: str, via: str | None) -> None:
+    expanded: set[str] = set()  # each group once: a group named twice adds no host the second time
+
+    def add(word: str) -> None:
         nonlocal groups
-        if not member.startswith("@"):
-            hosts.setdefault(member, via)
-            return
-        name = member[1:]
-        if groups is None:
-            groups = read_groups(workspace)
-            if not groups and not (workspace.hosts_dir / GROUPS_FILE).is_file():
-                raise GroupError(
-                    f"{member}: unknown group, there is no {shown} "
-                    '(define groups there: blackwell = ["ct200", "ct201"])'
-                )
-        if name not in groups:
-            raise GroupError(f"{shown}: unknown group {member!r}{_known(groups)}")
-        if not groups[name]:
-            raise GroupError(f"{shown}: group {member!r} has no hosts")
-        for child in groups[name]:
-            add(child, member)
+        # Depth first, in the order named, without recursion (groups nest as deep as a file says).
+        todo: list[tuple[str, str | None]] = [(word, None)]
+        while todo:
+            member, via = todo.pop()
+            if not member.startswith("@"):
+                hosts.setdefault(member, via)
+                continue
+            name = member[1:]
+            if groups is None:
+                groups = read_groups(workspace)
+                if not groups and not (workspace.hosts_dir / GROUPS_FILE).is_file():
+                    raise GroupError(
+                        f"{member}: unknown group, there is no {shown} "
+                        '(define groups there: blackwell = ["ct200", "ct201"])'
+                    )
+            if name not in groups:
+                raise GroupError(f"{shown}: unknown group {member!r}{_known(groups)}")
+            if not groups[name]:
+                raise GroupError(f"{shown}: group {member!r} has no hosts")
+            if name in expanded:
+                continue
+            expanded.add(name)
+            todo.extend((child, member) for child in reversed(groups[name]))
 
     for word in words:
-        add(word, None)
+        add(word)
     for host, via in hosts.items():
         if not workspace.profile_path(host).is_file() or host == GROUPS_FILE.removesuffix(".toml"):
             try:

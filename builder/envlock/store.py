@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import EnvlockError
-from envlock.tmpname import private_sibling
+from envlock.tmpname import create_exclusive, private_sibling
 from envlock.workspace import Workspace
 
 
@@ -77,7 +77,7 @@ class Store:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = private_sibling(path, ".part")
-        with open(tmp, "wb") as stream:
+        with create_exclusive(tmp) as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -28,13 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from envlock.agent.pathguard import PathError, check_relative, safe_join
 from envlock.config import SshTarget
 from envlock.errors import EnvlockError
 from envlock.lock.model import Lock
 from envlock.store import Store, blob_key, wheel_key
+from envlock.tmpname import create_exclusive, private_sibling
 from envlock.workspace import Workspace
 
 CHUNK = 1 << 20
+_HEX64 = re.compile("[0-9a-f]{64}")
 
 
 class StorePushError(EnvlockError):
@@ -80,15 +84,15 @@ def push_objects(target: Path | SshTarget, objects: Iterable[tuple[str, Path]]) 
 def _push_dir(root: Path, objects: dict[str, Path]) -> Pushed:
     sent = size = present = 0
     for key, source in objects.items():
-        final = root / key
-        if final.is_file():
+        final = _inside(root, key)
+        if final.is_file() and not final.is_symlink():
             present += 1
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
+        tmp = private_sibling(final, ".part")
         digest = hashlib.sha256()
         try:
-            with open(source, "rb") as src, open(tmp, "wb") as out:
+            with open(source, "rb") as src, create_exclusive(tmp) as out:
                 while chunk := src.read(CHUNK):
                     digest.update(chunk)
                     out.write(chunk)
@@ -106,6 +110,36 @@ def _push_dir(root: Path, objects: dict[str, Path]) -> Pushed:
     return Pushed(str(root), sent, size, present)
 
 
+def _inside(root: Path, key: str) -> Path:
+    """``root/key``, refused when ``key`` is not a store key or a directory on the way is a symlink.
+
+    The shared store is written by everyone on the team: ``wheels/<sha>`` made
+    a symlink to ``~victim/.config`` would carry this push's file out of it.
+    """
+    _check_key(key, str(root))
+    try:
+        return Path(safe_join(str(root), key, "store.push"))
+    except PathError as exc:
+        raise StorePushError(f"store.push {root}: {exc}; nothing written there") from exc
+
+
+def _check_key(key: str, shown: str) -> None:
+    """``wheels/<sha256>/<name>`` or ``blobs/<xx>/<sha256>``, each part one plain path component."""
+    parts = key.split("/")
+    shaped = (len(parts) == 3 and parts[0] == "wheels" and _HEX64.fullmatch(parts[1])) or (
+        len(parts) == 3 and parts[0] == "blobs" and _HEX64.fullmatch(parts[2]) and parts[1] == parts[2][:2]
+    )
+    try:
+        check_relative(key, "store.push")
+    except PathError:
+        shaped = False
+    if not shaped:
+        raise StorePushError(
+            f"store.push {shown}: {key!r}: not a store key (wheels/<sha256>/<name> or blobs/<xx>/<sha256>); "
+            "nothing written there"
+        )
+
+
 def _sha_of(key: str) -> str:
     """The sha256 an object's key names: ``wheels/<sha>/<name>`` or ``blobs/<xx>/<sha>``."""
     parts = key.split("/")
@@ -115,7 +149,9 @@ def _sha_of(key: str) -> str:
 # Run by the remote login shell with the store root as $1. Reads keys on stdin; prints those present.
 _PRESENT = 'root=$1; while IFS= read -r k; do [ -f "$root/$k" ] && printf "%s\\n" "$k"; done; exit 0'
 # Unpacks a tar of keys from stdin into a private directory, checks each file's sha256
-# (when sha256sum exists) against its key, and renames it into place.
+# (when sha256sum exists) against its key, and renames it into place. The store is written
+# by the whole team: a directory on the way, or the final name, that is a symlink (or a
+# directory at the final name, which mv would move the file into) is refused, not followed.
 _RECEIVE = r"""
 set -e
 root=$1
@@ -135,7 +171,13 @@ find . -type f | while IFS= read -r f; do
     got=$(sha256sum < "$k" | cut -c1-64)
     [ "$got" = "$want" ] || { echo "$k: sha256 $got on arrival" >&2; exit 4; }
   fi
-  mkdir -p "$root/$(dirname "$k")"
+  top=${k%%/*}
+  mid=$(dirname "$k")
+  for p in "$root/$top" "$root/$mid" "$root/$k"; do
+    if [ -L "$p" ]; then echo "$p is a symlink; refusing to write through it" >&2; exit 5; fi
+  done
+  if [ -d "$root/$k" ]; then echo "$root/$k is a directory; refusing to write into it" >&2; exit 5; fi
+  mkdir -p "$root/$mid"
   mv -f "$k" "$root/$k"
 done
 """
@@ -162,6 +204,8 @@ def _ssh(target: SshTarget, script: str, stdin: bytes | IO[bytes]) -> bytes:
 
 def _push_ssh(target: SshTarget, objects: dict[str, Path]) -> Pushed:
     keys = sorted(objects)
+    for key in keys:
+        _check_key(key, str(target))
     answer = _ssh(target, _PRESENT, stdin="".join(k + "\n" for k in keys).encode())
     there = set(answer.decode(errors="replace").splitlines())
     missing = [k for k in keys if k not in there]

@@ -148,11 +148,16 @@ def command_names() -> list[str]:
     return []
 
 
+# C0 controls but tab and newline, DEL and C1: an error can quote a server's words (an HTTP
+# reason phrase, a host's stderr), and ESC sequences there would drive the user's terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+
+
 def _fail(command: str, exc: EnvlockError, json_out: bool) -> int:
     if json_out:
         error = {"message": str(exc), "code": error_code(exc)}
-        print(envelope(command, False, {"error": error}))
-    print(f"envlock: error: {exc}", file=sys.stderr)
+        print(envelope(command, False, {"error": error}))  # JSON escapes control characters itself
+    print(f"envlock: error: {str(exc).translate(_CONTROLS)}", file=sys.stderr)
     return int(exc.exit_code)
 
 

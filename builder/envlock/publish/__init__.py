@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from envlock.errors import EnvlockError, PublishError
 from envlock.fetch import fetch_one
@@ -89,8 +90,16 @@ def _index_url(workspace: Workspace, options: PublishOptions) -> tuple[str, str 
     index = options.index or config.index
     if index is None:
         raise EnvlockError("no index to publish to: give --index URL, or set [publish] index in envlock.toml")
-    if not index.startswith(("http://", "https://")):
-        raise EnvlockError(f"--index {redact(index)}: expected an http(s) upload URL")
+    try:
+        parts = urlsplit(index)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0-65535
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EnvlockError(f"--index {redact(index)}: expected an http(s) upload URL with a host and port")
+    for name, url in (("--check-url", options.check_url or config.check_url),):
+        if url is not None and redact(url) != url:
+            raise EnvlockError(f"{name} {redact(url)}: no user or password in it (they go to the upload URL)")
     return index, options.check_url or config.check_url
 
 
@@ -162,9 +171,9 @@ def _publish_one(
     art = pkg.wheel
     listed = index.listed(pkg.name).get(art.filename)
     if listed is not None:
-        url = _index_file_url(index, art, listed.url)
-        _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
-        return "present", url
+        _check_listed_url(index, listed.url, art.filename)
+        _same_bytes(index, art, listed.sha256 or index.sha256_of(listed, art.size))
+        return "present", listed.url
     if dry_run:
         return "upload", None
     path = fetch_one(store, lock_dir, pkg).path  # the store copy, its sha256 checked against the lock
@@ -178,17 +187,25 @@ def _publish_one(
             f"index {index.shown}: {'accepted' if answer == 'uploaded' else 'refused'} {art.filename} "
             f"but does not list it at {redact(index.check_url)}"
         )
-    url = _index_file_url(index, art, listed.url)
-    _same_bytes(index, art, listed.sha256 or index.sha256_of(listed))
-    return ("uploaded" if answer == "uploaded" else "present"), url
+    _check_listed_url(index, listed.url, art.filename)
+    _same_bytes(index, art, listed.sha256 or index.sha256_of(listed, art.size))
+    return ("uploaded" if answer == "uploaded" else "present"), listed.url
 
 
-def _index_file_url(index: PrivateIndex, art: Artifact, url: str) -> str:
-    """The URL the index lists for a file, as the lock will name it: http(s) only (it is the
-    server's word, and apply and uv fetch it)."""
-    if not url.startswith(("http://", "https://")) or not url.isprintable():
-        raise PublishError(f"{art.filename}: index {index.shown} lists it at {url!r}, not an http(s) URL")
-    return url
+def _check_listed_url(index: PrivateIndex, url: str, filename: str) -> None:
+    """The URL an index lists for a file goes into the lock, and every host fetches from it:
+    an http(s) URL with a host, nothing else (a ``file://`` URL would make the lock
+    unreadable, another scheme unfetchable, and a control character could forge lines)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
+        raise PublishError(
+            f"{filename}: index {index.shown} lists {redact(url)!r} for it: "
+            "not an http(s) URL a host can fetch; the lock is left as it was"
+        )
 
 
 def _same_bytes(index: PrivateIndex, art: Artifact, listed_sha256: str) -> None:

@@ -43,13 +43,17 @@ class Credentials:
 
 def redact(url: str) -> str:
     """The URL without any user name or password in it (for messages and the lock)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced "[": cut any user info out of the text itself
+        scheme, sep, rest = url.partition("://")
+        authority, slash, tail = rest.partition("/")
+        return scheme + sep + authority.rpartition("@")[2] + slash + tail
+    if "@" not in parts.netloc:
         return url
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    # The text after the last "@", as written: parts.port raises on a bad port ("h:99999"),
+    # and a message about a bad URL must not become a traceback that shows the password.
+    netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.parser
 import hashlib
+import re
 import secrets
 import zipfile
 from collections.abc import Callable, Iterator
@@ -236,14 +237,23 @@ class PrivateIndex:
             raise PublishError(f"index {self.shown}: {shown} is not a simple page: {_short(exc)}") from exc
         return {f.filename: _without_credentials(f) for f in files}
 
-    def sha256_of(self, file: IndexFile) -> str:
-        """A listed file's sha256 when the page gives none: download and hash it."""
+    def sha256_of(self, file: IndexFile, size: int | None = None) -> str:
+        """A listed file's sha256 when the page gives none: download and hash it. With ``size``
+        (the lock's), a body longer than that is other bytes: the download stops there (an
+        index streaming without end would otherwise be read to the end of time)."""
         response = self._get(file.url, file.filename, stream=True)
         with response:
             if response.status_code >= 400:
                 raise PublishError(f"index {self.shown}: HTTP {response.status_code} for {redact(file.url)}")
             digest = hashlib.sha256()
+            read = 0
             for chunk in response.iter_content(CHUNK):
+                read += len(chunk)
+                if size is not None and read > size:
+                    raise PublishError(
+                        f"{file.filename}: index {self.shown} serves more than the lock's {size} bytes "
+                        f"under this name at {redact(file.url)}: other bytes; an index never replaces a file"
+                    )
                 digest.update(chunk)
         return digest.hexdigest()
 
@@ -294,6 +304,12 @@ def _without_credentials(file: IndexFile) -> IndexFile:
     return replace(file, url=redact(file.url))
 
 
+# "scheme://user:password@": requests quotes the whole URL in some errors ("Failed to parse: ...").
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+
+
 def _short(exc: object) -> str:
+    """The first line of an exception's text, for a message: any URL's user and password cut out."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = _USERINFO.sub(r"\1", text)
     return text if len(text) < 160 else text[:157] + "..."
