@@ -342,7 +342,8 @@ def test_fetch_of_a_store_path_refuses_other_bytes(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError) as caught:
         fetch_one(Store(tmp_path / "store"), locks, gone)
     assert str(caught.value) == (
-        "prov: ../elsewhere/missing.whl is not in the store (capture it again, or copy the store)"
+        "prov: ../elsewhere/missing.whl is not in the store (capture it again, copy the store, "
+        "or name a shared store in envlock.toml: docs/store.md)"
     )
     nowhere = replace(package, wheel=replace(package.wheel, path=None, url=None))
     with pytest.raises(ArtifactError) as caught:
