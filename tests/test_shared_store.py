@@ -478,3 +478,12 @@ def test_a_hostile_bundle_is_refused(tmp_path: Path, shared: Shared, bundle: Pat
         assert not list(tmp_path.rglob("x")) and not list(root.rglob("*.part")), what
         if what == "hash":  # the damaged wheel never took its name in the store
             assert not list(root.glob("store/wheels/*/localpkg-*.whl"))
+
+
+def test_a_bad_pull_setting_names_the_profile_and_field(tmp_path: Path, reference: Reference) -> None:
+    root = tmp_path / "ws"
+    write_profile(root, "ct200", tmp_path / "venv", None, 'pull = "sometimes"\n')
+    proc = envlock(root, tmp_path / "home", "apply", "ct200")
+    assert proc.returncode == 2, proc.stdout
+    assert "ct200.toml" in proc.stderr and 'pull: expected true, false or "auto"' in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
