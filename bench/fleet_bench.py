@@ -130,29 +130,42 @@ def _measure(
         shutil.copy(lock, root / "locks" / f"pylock.{alias}.toml")
         shutil.copy(manifest, root / "locks" / f"pylock.{alias}.files.tsv")
     results: dict[str, object] = {"venv": which, "hosts": "sshd on loopback (tests/sshrig.py)"}
-    for mode, pull in (("push", "false"), ("pull", "true")):
+    modes = {"push": "false", "pull": "true"}
+
+    def use(mode: str) -> None:
         for alias in rig.hosts:
-            (root / "hosts" / f"{alias}.toml").write_text(rig.profile(alias, VENV_PATH, f"pull = {pull}\n"))
+            profile = rig.profile(alias, VENV_PATH, f"pull = {modes[mode]}\n")
+            (root / "hosts" / f"{alias}.toml").write_text(profile)
+
+    for mode in modes:  # warm: controller store, shared store (uv), page cache, agent bundles
+        use(mode)
         _reset(rig)
-        _fleet_apply(root, ["h1"])  # warm: controller store, page cache, agent bundle on h1
-        per_n: dict[str, object] = {}
-        for n in FLEET:
-            walls, sent, artifacts = [], [], []
-            for _ in range(repeat):
+        _fleet_apply(root, list(rig.hosts))
+    runs: dict[tuple[str, int], list[tuple[float, list[dict[str, object]]]]] = {}
+    # Modes alternate within each fleet size and repeat, so both see the same load on a
+    # shared machine.
+    for n in FLEET:
+        for _ in range(repeat):
+            for mode in modes:
+                use(mode)
                 _reset(rig)
-                wall, answers = _fleet_apply(root, [f"h{i}" for i in range(1, n + 1)])
-                walls.append(wall)
-                sent += [int(a["bytes_sent"]) for a in answers]  # type: ignore[call-overload]
-                artifacts += [int(a["pushed_bytes"]) + int(a["pulled_bytes"]) for a in answers]  # type: ignore[call-overload]
+                runs.setdefault((mode, n), []).append(_fleet_apply(root, [f"h{i}" for i in range(1, n + 1)]))
+    for mode in modes:
+        per_n: dict[str, dict[str, object]] = {}
+        for n in FLEET:
+            walls = [wall for wall, _ in runs[(mode, n)]]
+            answers = [a for _, batch in runs[(mode, n)] for a in batch]
+            sent = [int(str(a["bytes_sent"])) for a in answers]
+            artifacts = [int(str(a["pushed_bytes"])) + int(str(a["pulled_bytes"])) for a in answers]
             per_n[str(n)] = {
                 "wall_median": statistics.median(walls),
                 "wall_runs": walls,
                 "bytes_sent_per_host_median": statistics.median(sent),
                 "artifact_bytes_per_host_median": statistics.median(artifacts),
             }
-        one = float(per_n["1"]["wall_median"])  # type: ignore[index]
+        one = float(str(per_n["1"]["wall_median"]))
         for entry in per_n.values():
-            entry["vs_one_host"] = float(entry["wall_median"]) / one  # type: ignore[index]
+            entry["vs_one_host"] = float(str(entry["wall_median"])) / one
         results[mode] = per_n
     results["repeat"] = repeat
     save_result("fleet", results)

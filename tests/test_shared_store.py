@@ -142,7 +142,9 @@ def test_a_fresh_clone_locks_applies_verifies_and_reviews_through_the_store(
     assert "ct300" in review.stdout
 
 
-def test_a_host_that_reaches_the_store_fetches_itself(tmp_path: Path, shared: Shared) -> None:
+def test_a_local_host_fetches_what_the_controller_lacks(tmp_path: Path, shared: Shared) -> None:
+    """A host on the controller itself: what the controller's store holds is hard-linked (uv),
+    what it lacks the host fetches from the shared store (a fresh clone: every store wheel)."""
     root = clone(shared, tmp_path / "clone")
     add_target(root, tmp_path / "target-venv")
     before = len(shared.server.requests())
@@ -151,12 +153,11 @@ def test_a_host_that_reaches_the_store_fetches_itself(tmp_path: Path, shared: Sh
     # Everything that reached the host's drop: wheels, bin/ scripts, the source archive, uv.
     drop = tmp_path / "home" / ".cache" / "envlock" / "artifacts"
     artifact_bytes = sum(p.stat().st_size for p in drop.glob("*/*") if not p.parent.name.startswith("."))
-    assert artifact_bytes > Path(UV).stat().st_size
-    # The controller sent the plan and the pull list only: no artifact, and well under 1%.
-    assert result["pushed_files"] == 0, result
-    assert 0 < result["bytes_sent"] < artifact_bytes / 100, (result["bytes_sent"], artifact_bytes)
+    assert result["pushed_files"] == 1 and result["pushed_bytes"] == Path(UV).stat().st_size, result
+    # Beside that hard link, the controller sent the plan and the pull list only.
+    assert 0 < result["bytes_sent"] - result["pushed_bytes"] < artifact_bytes / 100
     assert result["pulled_bytes"] >= sum(w["size"] for w in repacked(root, "ct200"))
-    # The agent on the host asked the server itself; the controller fetched nothing.
+    # The agent asked the server itself; the controller fetched nothing.
     by_agent = [line for line in shared.server.requests()[before:] if "envlock-agent" in line]
     assert any("localpkg" in line for line in by_agent), by_agent
     assert not (root / "store" / "wheels").exists()
@@ -189,19 +190,28 @@ def test_a_host_that_cannot_reach_the_store_gets_what_it_lacks_pushed(tmp_path: 
     dead = StoreServer.start(tmp_path / "dead-store", tmp_path / "dead")
     dead.stop()  # nothing listens there any more: connection refused
     write_config(root, dead.url)
-    add_target(root, tmp_path / "target-venv")
-    result = apply_json(root, tmp_path / "home")
-    assert result["pull_failures"] and "Connection refused" in result["pull_failures"][0]
-    assert result["pushed_files"] >= len(repacked(root, "ct200"))
-    assert result["host_report"]["verified_files"] > 20
-    # pull = true: the host must fetch itself; a failure is an error, nothing pushed.
-    (root / "hosts" / "ct200.toml").write_text((root / "hosts" / "ct200.toml").read_text() + "pull = true\n")
-    shutil.rmtree(tmp_path / "target-venv")
-    shutil.rmtree(tmp_path / "target-venv.envlock", ignore_errors=True)
-    proc = envlock(root, tmp_path / "home2", "apply", "ct200")
-    assert proc.returncode == 2, proc.stdout
-    assert "host ct200 could not fetch" in proc.stderr and "pull = true" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    rig = SshRig.start(tmp_path / "rig", ("ct-gapped",))
+    try:
+        (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-gapped"))
+        copy_lock(root, "ct129", "ct200")
+        result = apply_json(root, tmp_path / "home")
+        failures = result["pull_failures"]
+        assert len(failures) >= len(repacked(root, "ct200")), result
+        assert all("Connection refused" in f or "unreachable earlier" in f for f in failures), failures
+        assert result["pushed_files"] >= len(repacked(root, "ct200"))
+        assert result["host_report"]["verified_files"] > 20
+        # pull = true: the host must fetch itself; a failure is an error, nothing pushed.
+        shutil.rmtree(rig.venv_dir("ct-gapped"))
+        shutil.rmtree(rig.hosts["ct-gapped"].root / "venv.envlock", ignore_errors=True)
+        shutil.rmtree(rig.hosts["ct-gapped"].root.parent / "cache" / "artifacts")
+        (root / "hosts" / "ct200.toml").write_text(rig.profile("ct-gapped", extra="pull = true\n"))
+        proc = envlock(root, tmp_path / "home", "apply", "ct200")
+        assert proc.returncode == 2, proc.stdout
+        assert "host ct200 could not fetch" in proc.stderr and "pull = true" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not rig.venv_dir("ct-gapped").exists()
+    finally:
+        rig.stop()
 
 
 def test_a_corrupt_object_on_the_server_is_refused(tmp_path: Path, shared: Shared) -> None:
@@ -504,3 +514,12 @@ def test_a_bundle_carrying_another_uv_never_runs_it(tmp_path: Path, shared: Shar
     proc = offline_apply(root, tmp_path / "home", "--from", str(swapped))
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
+
+
+def test_a_bad_pull_setting_names_the_profile_and_field(tmp_path: Path, reference: Reference) -> None:
+    root = tmp_path / "ws"
+    write_profile(root, "ct200", tmp_path / "venv", None, 'pull = "sometimes"\n')
+    proc = envlock(root, tmp_path / "home", "apply", "ct200")
+    assert proc.returncode == 2, proc.stdout
+    assert "ct200.toml" in proc.stderr and 'pull: expected true, false or "auto"' in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -52,6 +52,7 @@ from envlock.lock.head import LockHead, head_of
 from envlock.pyvenv import interpreter_paths
 from envlock.reporter import Reporter
 from envlock.transport import Transport, agent_answer, open_transport, run_agent
+from envlock.transport.local import LocalTransport
 from envlock.workspace import LockedVenv, Workspace
 
 # What only a real apply needs (fetch, push, drift, the smoke report, bundles) is
@@ -240,6 +241,7 @@ class Wanted:
     size: int | None
     urls: tuple[str, ...]
     local: Callable[[], Path]
+    held: bool = False  # the controller already holds a checked copy (its store, its uv)
 
     def item(self) -> Item:
         from envlock.transfer import Item
@@ -284,9 +286,9 @@ def build_plan(
     wheels: list[PlanWheel] = []
     for pkg in lock.packages:
         art = pkg.wheel
-        wanted.append(
-            Wanted(art.sha256, art.filename, art.size, _wheel_urls(store, art), partial(fetch_wheel, pkg))
-        )
+        held = store.has_wheel(art.sha256, art.filename)
+        get = partial(fetch_wheel, pkg)
+        wanted.append(Wanted(art.sha256, art.filename, art.size, _wheel_urls(store, art), get, held))
         wheels.append(
             {
                 "name": pkg.name,
@@ -299,7 +301,10 @@ def build_plan(
         if pkg.source_tree is not None:
             sha = pkg.source_tree.sha256
             get = partial(blob, store, sha, f"{pkg.name} source tree")
-            wanted.append(Wanted(sha, "source.tar.gz", pkg.source_tree.size, _blob_urls(store, sha), get))
+            held = store.blob_path(sha).is_file()
+            wanted.append(
+                Wanted(sha, "source.tar.gz", pkg.source_tree.size, _blob_urls(store, sha), get, held)
+            )
             sources.append(
                 {"path": pkg.source_tree.path, "archive": f"{REMOTE_ARTIFACTS}/{sha}/source.tar.gz"}
             )
@@ -308,7 +313,9 @@ def build_plan(
     for pkg in lock.packages:
         for rel, sha in pkg.scripts.items():
             get = partial(blob, store, sha, f"{pkg.name} {rel}")
-            wanted.append(Wanted(sha, "blob", None, _blob_urls(store, sha), get))
+            wanted.append(
+                Wanted(sha, "blob", None, _blob_urls(store, sha), get, store.blob_path(sha).is_file())
+            )
             bin_files[rel] = {"path": f"{REMOTE_ARTIFACTS}/{sha}/blob", "executable": kinds.get(rel) == "x"}
     plan: ApplyPlan = {
         "venv": profile.venv,
@@ -557,7 +564,10 @@ def deliver(
     from envlock.fetch import ArtifactError
     from envlock.transfer import push
 
-    pullable = [w for w in wanted if w.urls] if profile.pull != "never" else []
+    # A host on the controller itself gets what the controller holds as hard links (no copy,
+    # no network) unless its profile says pull = true; it fetches the rest itself.
+    linked = isinstance(transport, LocalTransport) and profile.pull == "auto"
+    pullable = [w for w in wanted if w.urls and not (linked and w.held)] if profile.pull != "never" else []
     pulled: list[PulledArtifact] = []
     failures: list[str] = []
     request_bytes = 0
@@ -605,7 +615,7 @@ def _local_items(wanted: list[Wanted], reporter: Reporter) -> list[Item]:
 def _uv_at(path: Path) -> Wanted:
     from envlock.fetch import hash_file
 
-    return Wanted(hash_file(path), "uv", path.stat().st_size, (), lambda: path)
+    return Wanted(hash_file(path), "uv", path.stat().st_size, (), lambda: path, held=True)
 
 
 def _uv_wanted(workspace: Workspace, store: Store) -> Wanted:
@@ -623,7 +633,7 @@ def _uv_wanted(workspace: Workspace, store: Store) -> Wanted:
     if store.remote is not None and target is not None:
         push_objects(target, [(blob_key(sha), path)])
         urls = (store.remote + blob_key(sha),)
-    return Wanted(sha, "uv", path.stat().st_size, urls, lambda: path)
+    return Wanted(sha, "uv", path.stat().st_size, urls, lambda: path, held=True)
 
 
 def _prompt(pyvenv: Mapping[str, str]) -> str | None:
