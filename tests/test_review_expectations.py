@@ -67,6 +67,9 @@ SERIOUS: dict[str, Seen] = {
     "unchanged-bookkeeping": set(),
     # a locally built package; its reason carries a pipe, an @mention and HTML
     "escaping": {("team-kernels", "local-build", "warn")},
+    # torch 2.8.0 -> 2.9.0 under a kept sgl-kernel whose common_ops takes a c10 symbol
+    # that 2.9.0's libc10.so no longer exports: it would fail to import (ABI facts, issue 16)
+    "abi-break": {("sgl-kernel", "abi-break", "block")},
 }
 
 # The version table (info): (package, kind) per case where it says something.
@@ -75,6 +78,7 @@ VERSIONS: dict[str, set[tuple[str, str]]] = {
     "downgrade": {("transformers", "downgrade")},
     "native-needed-unresolved": {("nvidia-cuda-runtime-cu12", "removed"), ("nvidia-cuda-runtime", "added")},
     "unchanged-bookkeeping": set(),
+    "abi-break": {("torch", "upgrade")},
 }
 
 
