@@ -6,6 +6,7 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 UV = str(BIN / "uv")
 ENVLOCK = str(BIN / "envlock")
+
+# git in tests: a fixed identity, and no user or system config (hooks, signing) of the machine
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def record_hash(data: bytes) -> str:
@@ -207,7 +218,6 @@ def content_listing(path: Path, skip_bytecode: bool = False) -> dict[str, str]:
 
     Independent of envlock: what fault tests compare before and after.
     """
-    import os
 
     found: dict[str, str] = {}
     for entry in sorted(path.rglob("*")):

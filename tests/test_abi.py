@@ -25,18 +25,10 @@ import pytest
 
 from envlock.lock.io import read_lock
 from envlock.lock.model import Lock, NativeLib
-from helpers import build_simple_index, make_venv, make_wheel, run_envlock, uv_install
+from helpers import GIT_ENV, build_simple_index, make_venv, make_wheel, run_envlock, uv_install
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 CHECK_INT = "void check(int x) { if (x < 0) throw x; }\n"
 PROVIDER = {
     "1.0": "int device_count() { return 1; }\n" + CHECK_INT,

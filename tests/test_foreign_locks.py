@@ -16,18 +16,10 @@ from typing import Any
 
 import pytest
 
-from helpers import UV, run_envlock
+from helpers import GIT_ENV, UV, run_envlock
 
 pytestmark = pytest.mark.slow
 PYTHON = str(Path(UV).with_name("python"))
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def _run(*args: str, cwd: Path) -> None:

@@ -24,15 +24,9 @@ from build_helpers import PYPROJECT, SETUPTOOLS, registry_wheel, sha256, write_s
 from conftest import Reference, write_profile
 from devpirig import Devpi
 from envlock.cli import command_names
-from helpers import ENVLOCK, ROOT, build_simple_index, copy_lock, make_venv
+from helpers import ENVLOCK, GIT_ENV, ROOT, build_simple_index, copy_lock, make_venv
 
 SCHEMA = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
 
 
 def envlock(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

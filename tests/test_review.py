@@ -22,7 +22,7 @@ from envlock.lock.model import Lock, Package
 from envlock.review import LockVersions, ReviewOptions, review_versions
 from envlock.review.gpu import DeviceCode, arches_dropped, coverage_lost, verdict
 from envlock.review.markdown import LIMIT, MARKER, escape, render_markdown
-from helpers import run_envlock
+from helpers import GIT_ENV, run_envlock
 from lockfactory import (
     HAS_CUDA_IMAGES,
     lib,
@@ -35,14 +35,6 @@ from lockfactory import (
 )
 
 CASES_DIR = Path(__file__).parent / "cases"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 # ---------------------------------------------------------------- golden cases

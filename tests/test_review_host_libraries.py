@@ -21,18 +21,10 @@ from typing import Any
 import pytest
 
 from envlock.lock.io import read_lock
-from helpers import make_wheel, run_envlock
+from helpers import GIT_ENV, make_wheel, run_envlock
 
 pytestmark = pytest.mark.slow
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 PRIVATE = "libenvtest-private.so.1"
 
 

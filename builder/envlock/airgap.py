@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from envlock.agent.pathguard import PathError, safe_join
 from envlock.errors import EnvlockError, LockError
-from envlock.fetch import VerifiedCache, blob, fetch_one
+from envlock.fetch import VerifiedCache, blob, fetch_one, hash_file
 from envlock.lock.digest import check_lock_digest
 from envlock.lock.io import read_lock
 from envlock.lock.manifest import manifest_sha256, read_manifest_bytes
@@ -90,16 +90,8 @@ def _members_of(workspace: Workspace, store: Store, host: str, lock: Lock) -> li
     finally:
         verified.save()
     uv = uv_binary()
-    found.append((f"uv/{_hash(uv)}/uv", uv))
+    found.append((f"uv/{hash_file(uv)}/uv", uv))
     return list(dict(found).items())
-
-
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_bundle(
@@ -110,7 +102,7 @@ def write_bundle(
     workspace.read_locked(host, lock).rows()  # manifest and tree digests as written
     store = open_store(workspace)
     members = _members_of(workspace, store, host, lock)
-    listed = [Member(name, _hash(path), path.stat().st_size) for name, path in members]
+    listed = [Member(name, hash_file(path), path.stat().st_size) for name, path in members]
     listing = {
         "format": FORMAT,
         "host": host,
@@ -254,7 +246,7 @@ def _extract_all(
         try:  # the name is checked already; a symlinked directory on the way is refused here
             if info.name.startswith("store/"):
                 target = Path(safe_join(str(store.root), info.name.removeprefix("store/"), "bundle member"))
-                if target.is_file() and not target.is_symlink() and _hash(target) == member.sha256:
+                if target.is_file() and not target.is_symlink() and hash_file(target) == member.sha256:
                     continue  # already in the store
             else:
                 target = Path(safe_join(str(into), info.name, "bundle member"))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -193,13 +192,13 @@ def python_for(version: str) -> str:
 
 
 def uv_binary() -> Path:
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file():
-        return beside
-    found = shutil.which("uv")
-    if found is None:
-        raise BuildEnvError("uv not found beside envlock's Python nor on PATH (pip install uv)")
-    return Path(found)
+    """The uv envlock ships to hosts installs the build environment too (``build-env`` when absent)."""
+    from envlock.transfer import uv_binary as shipped_uv
+
+    try:
+        return shipped_uv()
+    except EnvlockError as exc:
+        raise BuildEnvError(str(exc)) from exc
 
 
 def make_env(venv: Path, python: str, pins: list[Pin], log: Path) -> bool:
