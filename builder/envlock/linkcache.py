@@ -190,16 +190,14 @@ def _lookup(root: str, st: os.stat_result) -> LinkFacts | None:
 
 
 def _store(root: str, st: os.stat_result, facts: LinkFacts) -> None:
-    from pathlib import Path
-
-    from envlock.tmpname import private_sibling
+    from envlock.tmpname import private_sibling_path
 
     try:
         os.makedirs(root, mode=0o700, exist_ok=True)
         if not _private_dir(root):
             return  # someone else's or shared: write nothing there
-        path = Path(_entry_path(root, st))
-        tmp = private_sibling(path)
+        path = _entry_path(root, st)
+        tmp = private_sibling_path(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(_encode(_key(st), facts))
