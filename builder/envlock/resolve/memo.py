@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from envlock.hosts import HostProfile
 from envlock.resolve.target import TargetEnv
 from envlock.tmpname import private_sibling
-from envlock.transport.bundle import code_key
+from envlock.codekey import code_key
 from envlock.workspace import Workspace, cache_dir
 
 if TYPE_CHECKING:
