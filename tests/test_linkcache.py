@@ -9,8 +9,8 @@ so it does not load. A forged entry for liba claiming ``beta`` would hide that.
 from __future__ import annotations
 
 import os
-import struct
 import re
+import struct
 import subprocess
 from pathlib import Path
 
@@ -118,7 +118,8 @@ def _forge(liba: Path, *, key_delta: int = 0) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "poison", ["trusted-control", "other-file", "bad-checksum", "truncated", "foreign-owner", "symlink", "shared-dir"]
+    "poison",
+    ["trusted-control", "other-file", "bad-checksum", "truncated", "foreign-owner", "symlink", "shared-dir"],
 )
 def test_poisoned_cache_is_never_trusted(
     libs: tuple[Path, Path], poison: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

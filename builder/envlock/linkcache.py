@@ -55,7 +55,7 @@ def _key(st: os.stat_result) -> list[int]:
 
 
 def _entry_path(root: str, st: os.stat_result) -> str:
-    return os.path.join(root, "{:x}-{:x}.facts".format(st.st_dev, st.st_ino))
+    return os.path.join(root, f"{st.st_dev:x}-{st.st_ino:x}.facts")
 
 
 def _private_dir(root: str) -> bool:
@@ -112,7 +112,7 @@ def _strs(value: object) -> tuple[str, ...]:
 
 
 def _decode(data: bytes, key: list[int]) -> LinkFacts:
-    """The facts in an entry; ValueError (or KeyError, TypeError) for anything but an intact entry for ``key``."""
+    """The facts in an entry; ValueError (KeyError, TypeError) unless it is an intact entry for ``key``."""
     if not data.startswith(FORMAT):
         raise ValueError("not an entry of this format")
     size, checksum = _HEADER.unpack_from(data, len(FORMAT))
@@ -133,7 +133,8 @@ def _decode(data: bytes, key: list[int]) -> LinkFacts:
     sections = []
     for s in head["sections"]:
         name, kind, offset, length = s
-        if not (isinstance(name, str) and isinstance(kind, str) and type(offset) is int and type(length) is int):
+        numbers = type(offset) is int and type(length) is int
+        if not (isinstance(name, str) and isinstance(kind, str) and numbers):
             raise ValueError("section")
         sections.append(SectionInfo(name, kind, offset, length))
     soname = head["soname"]
