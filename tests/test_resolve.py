@@ -295,6 +295,6 @@ def test_a_warm_lock_sees_a_profile_edit_at_once(fleet: Path) -> None:
     assert not warm["written"] and "tomllib" not in modules
     # Same length, one digit changed: a driver too old for the GPU must be refused, not the old tables reused.
     path = fleet / "hosts" / "ct211.toml"
-    path.write_text(path.read_text().replace('driver = "580.65.06"', 'driver = "380.65.06"'))
+    path.write_text(path.read_text().replace('driver = "580.65.06"', 'driver = "510.35.03"'))
     proc = _lock(fleet, "ct211")
-    assert proc.returncode == 2 and "gpu.driver 380.65.06 is too old" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "gpu.driver 510.35.03 is too old" in proc.stderr, proc.stderr
