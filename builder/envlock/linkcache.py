@@ -70,7 +70,7 @@ def _private_dir(root: str) -> bool:
 
 
 def _encode(key: list[int], facts: LinkFacts) -> bytes:
-    exported = "\0".join(sorted(facts.exported)).encode("latin-1")
+    exported = "\0".join(facts.exported).encode("latin-1")  # a set: any order reads back equal
     undefined = "\0".join(facts.undefined).encode("latin-1")
     header = json.dumps(
         {
