@@ -274,6 +274,9 @@ def test_a_warm_lock_reports_the_cold_one_without_reading_a_lock(fleet: Path) ->
     assert not warm["written"]
     assert {**warm, "written": True, "changed": True} == cold
     assert not {"resolvelib", "envlock.lock.io", "envlock.resolve.solve"} & warm_modules
+    # Nor what the warm path never needs: the TOML parser (profile tables remembered per bytes),
+    # the transports and zip/temp-file machinery (code_key), a thread pool (one host).
+    assert not {"tomllib", "envlock.transport", "zipfile", "tempfile", "concurrent.futures"} & warm_modules
     assert f"glibc {reference.platform.libc_version}" in warm["target"]
     # The reference moves to another glibc (re-captured elsewhere): a warm run sees it at once.
     moved = replace(warmref, platform=replace(warmref.platform, libc_version="2.41"))
@@ -282,3 +285,16 @@ def test_a_warm_lock_reports_the_cold_one_without_reading_a_lock(fleet: Path) ->
     )
     after, _modules = _lock_modules(fleet, "ct210")
     assert "glibc 2.41" in after["target"], after["target"]
+
+
+def test_a_warm_lock_sees_a_profile_edit_at_once(fleet: Path) -> None:
+    """The profile's parsed tables are remembered per its bytes: an edit is read again, and checked."""
+    _target(fleet, "ct211", '[gpu]\ncc = ["9.0"]\ndriver = "580.65.06"\n[target]\npython = "3.11.7"\n')
+    assert _lock(fleet, "ct211").returncode == 0
+    warm, modules = _lock_modules(fleet, "ct211")
+    assert not warm["written"] and "tomllib" not in modules
+    # Same length, one digit changed: a driver too old for the GPU must be refused, not the old tables reused.
+    path = fleet / "hosts" / "ct211.toml"
+    path.write_text(path.read_text().replace('driver = "580.65.06"', 'driver = "510.35.03"'))
+    proc = _lock(fleet, "ct211")
+    assert proc.returncode == 2 and "gpu.driver 510.35.03 is too old" in proc.stderr, proc.stderr

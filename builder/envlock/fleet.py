@@ -22,13 +22,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from envlock.errors import EnvlockError, ExitCode
 from envlock.render import error_code, plural
 from envlock.reporter import Reporter
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 
@@ -198,6 +200,9 @@ class _Runner(Generic[T]):
 
     def run(self, hosts: list[str]) -> None:
         """Start hosts in order, at most ``parallel`` at once, none after the failure budget is spent."""
+        # Imported here: a single-host command (lock, verify) never starts a pool.
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
         pending = list(hosts)
         pool = ThreadPoolExecutor(max_workers=self.options.parallel, thread_name_prefix="envlock-host")
         running: set[Future[None]] = set()

@@ -16,7 +16,6 @@ must have a profile, so a typo stops the command before any host is touched.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +48,8 @@ def read_groups(workspace: Workspace) -> dict[str, tuple[str, ...]]:
     shown = workspace.shown(path)
     if not path.is_file():
         return {}
+    import tomllib  # only with hosts/groups.toml: a one-host command never parses it
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -9,12 +9,12 @@ collects every problem and names the file and the field, like
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envlock import tomlmemo
 from envlock.errors import ProfileError
 from envlock.workspace import Workspace
 
@@ -400,11 +400,21 @@ def load_profile(workspace: Workspace, name: str) -> HostProfile:
         known = sorted(p.stem for p in workspace.hosts_dir.glob("*.toml") if p.name != GROUPS_FILE)
         raise ProfileError(f"{shown}: unknown host {name!r}, no such profile{_suggest(name, known)}")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{shown}: cannot read: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ProfileError(f"{shown}: not valid TOML: {exc}") from exc
+    # Unchanged bytes: the tables parsed last time (validated below all the same), and no tomllib import.
+    data = tomlmemo.remembered(str(path), text)
+    if data is None:
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ProfileError(f"{shown}: not valid TOML: {exc}") from exc
+        tomlmemo.remember(str(path), text, data)
     return parse_profile(name, data, Path(shown))
 
 

@@ -45,6 +45,7 @@ from envlock.binary.fatbin import (
 from envlock.binary.loader import Loader, LoadReport, demangle, system_library_dirs
 from envlock.errors import EnvlockError
 from envlock.fatbin_codecs import decompress_image
+from envlock.linkcache import cached_link_facts
 
 DEVICE_SUFFIXES = (".cubin", ".ptx", ".fatbin")
 _PTX_HEAD = 1 << 16
@@ -184,7 +185,7 @@ def _read_file(
         containers = [read_cubin(stream)]
     elif is_elf(head):
         try:
-            facts = read_link_facts(stream)
+            facts = cached_link_facts(stream, read_link_facts)
         except ElfError as exc:
             error = f"not a readable ELF file: {exc}"
             containers = []
@@ -342,7 +343,7 @@ def _read_host(path: str) -> LinkFacts | None:
             if not is_elf(stream.read(4)):
                 return None
             stream.seek(0)
-            return read_link_facts(stream)
+            return cached_link_facts(stream, read_link_facts)
     except (OSError, ElfError):
         return None
 

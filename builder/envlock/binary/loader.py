@@ -256,7 +256,7 @@ class Loader:
         scope = [f.exported for f in (self.facts(p) for p in closure.order) if f is not None]
         return scope + self.interpreter_scope()
 
-    def _unbound(self, symbols: Iterable[str], root: str) -> Tuple[str, ...]:
+    def _unbound(self, symbols: Sequence[str], root: str) -> Tuple[str, ...]:
         """Of ``symbols``, those nothing in ``root``'s load scope (and the interpreter) exports."""
         closure = self.closure(root)
         scope = self._scope(root)
@@ -268,11 +268,13 @@ class Loader:
                     prefixes += library.symbols
         if not self.interpreter_scope():
             prefixes += ("Py", "_Py")  # no interpreter file: assume it provides the C API
-        return tuple(
-            s
-            for s in symbols
-            if not any(s in exported for exported in scope) and not (prefixes and s.startswith(prefixes))
-        )
+        # Set differences in C, one per library in scope, then ``symbols``' own order.
+        unbound = set(symbols)
+        for exported in scope:
+            if not unbound:
+                break
+            unbound = unbound.difference(exported)
+        return tuple(s for s in symbols if s in unbound and not (prefixes and s.startswith(prefixes)))
 
     def missing_symbols(self, obj: str, root: str) -> Tuple[str, ...]:
         """Strong undefined symbols of ``obj`` unbound when ``root`` is loaded (ld.so's global scope).

@@ -22,7 +22,7 @@ class UnchangedMemo:
     """
 
     def __init__(self, workspace: Workspace, profile: HostProfile, raw: bytes) -> None:
-        from envlock.transport.bundle import code_key
+        from envlock.codekey import code_key
 
         self.workspace, self.profile = workspace, profile
         # code_key, not __version__: a development install changes its code

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envlock.codekey import code_key
 from envlock.hosts import HostProfile
 from envlock.resolve.target import TargetEnv
 from envlock.tmpname import private_sibling
-from envlock.transport.bundle import code_key
 from envlock.workspace import Workspace, cache_dir
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from envlock.codekey import code_key  # noqa: F401  (re-exported: its callers import it from here)
 from envlock.tmpname import private_sibling
 
 MAIN = b"import runpy, sys\nsys.exit(runpy.run_module('envlock.agent', run_name='__main__'))\n"
@@ -69,22 +70,6 @@ def bundle_dir(cache: Path) -> Path:
         except OSError:  # another run unpacked it first
             shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-_CODE_KEY: list[str] = []
-
-
-def code_key() -> str:
-    """Identity of the envlock code in use (names, sizes, mtimes of its modules)."""
-    if not _CODE_KEY:
-        import envlock
-
-        digest = hashlib.sha256(envlock.__version__.encode())
-        for path in sorted(Path(envlock.__file__).parent.rglob("*.py")):
-            st = path.stat()
-            digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        _CODE_KEY.append(digest.hexdigest()[:16])
-    return _CODE_KEY[0]
 
 
 def _sources_key() -> str:
