@@ -447,7 +447,7 @@ def test_the_index_comes_from_the_flag_or_envlock_toml(ws: Workspace, tmp_path: 
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
         "envlock: error: envlock.toml: publish.index: expected an http:// or https:// URL "
-        "without query or fragment, got 'ftp://devpi.internal/team/prod/'"
+        "with a host and port and without query or fragment, got 'ftp://devpi.internal/team/prod/'"
     )
     (root / "envlock.toml").write_text(f'[publish]\nindex = "{ws.index.url}"\n')
     configured = envlock(root, "publish", "ct129", "--format", "json")  # every wheel published already
