@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,16 @@ def _agent_receive(directory: Path) -> subprocess.Popen[bytes]:
 
 def _wait_for_part(incoming: Path, proc: subprocess.Popen[bytes]) -> Path:
     """The partial file of ``proc``'s transfer, once it exists (a bounded wait on a condition)."""
-    for _ in range(20_000):
+    # A deadline, not a count of spins: on a loaded machine the agent's interpreter alone can
+    # take longer to start than any fixed number of yields (seen: a spurious failure in CI).
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         parts = list(incoming.glob("*/*.part")) if incoming.is_dir() else []
         if parts:
             return parts[0]
         if proc.poll() is not None:
             pytest.fail(f"receive exited early: {proc.stderr.read() if proc.stderr else b''!r}")
-        os.sched_yield()
+        time.sleep(0.002)
     pytest.fail("the first transfer never created its partial file")
 
 
