@@ -18,16 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import BIN, gpu_venv, payload_files, raw_hash_python, run, save_result, timed
-
-
-def _fresh(path: Path) -> None:
-    for suffix in ("", ".envlock"):
-        target = Path(f"{path}{suffix}")
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+from common import BIN, fresh_venv, gpu_venv, payload_files, raw_hash_python, run, save_result, timed
 
 
 def main(work: Path, repeat: int) -> dict[str, object]:
@@ -42,11 +33,11 @@ def main(work: Path, repeat: int) -> dict[str, object]:
     for suffix in (".toml", ".files.tsv"):
         shutil.copy(root / "locks" / f"pylock.gpu{suffix}", root / "locks" / f"pylock.target{suffix}")
     apply = [envlock, "apply", "target", "--root", str(root)]
-    _fresh(target)
+    fresh_venv(target)
     run(apply)  # warm store and host drop, unmeasured
 
     def fresh_apply() -> None:
-        _fresh(target)
+        fresh_venv(target)
         run(apply)
 
     results: dict[str, object] = {}

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import BIN, ROOT, gpu_venv, payload_files, raw_hash_python, run, save_result
+from common import BIN, ROOT, fresh_venv, gpu_venv, payload_files, raw_hash_python, run, save_result
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -52,15 +52,6 @@ def alternate(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, di
             fn()
             times[name].append(time.perf_counter() - start)
     return {n: {"median": statistics.median(t), "best": min(t), "runs": len(t)} for n, t in times.items()}
-
-
-def _fresh(path: Path) -> None:
-    for suffix in ("", ".envlock"):
-        target = Path(f"{path}{suffix}")
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
 
 
 def _workspace(root: Path, profiles: dict[str, str]) -> None:
@@ -88,7 +79,7 @@ def main(work: Path, repeat: int) -> dict[str, object]:
         _workspace(base / "ws", _profiles(base, venv, index_url, rig))
         _fresh_apply(base, repeat, results)  # leaves the last applied venv for the no-op rows
         _ssh_and_noop(base, repeat, results)
-        _fresh(base / "fresh")
+        fresh_venv(base / "fresh")
         _reflink(base, repeat, results)
     finally:
         rig.stop()
@@ -184,7 +175,7 @@ def _fresh_apply(base: Path, repeat: int, results: dict[str, object]) -> None:
     fresh = base / "fresh"
 
     def apply_fresh() -> None:
-        _fresh(fresh)
+        fresh_venv(fresh)
         run([ENVLOCK, "apply", "fresh", "--root", str(root)])
 
     apply_fresh()  # store, artifact drop and uv's cache warm; unmeasured
@@ -247,7 +238,7 @@ def _reflink_measure(base: Path, mount: Path, repeat: int, results: dict[str, ob
     modes: list[str] = []
 
     def apply_fresh() -> None:
-        _fresh(target)
+        fresh_venv(target)
         out = subprocess.run(apply, check=True, capture_output=True, text=True, env=env).stdout
         modes.append(('"link_mode": "clone"' in out and "clone") or "copy")
 

@@ -83,6 +83,16 @@ def gpu_venv(work: Path) -> tuple[Path, str]:
     return venv, url
 
 
+def fresh_venv(path: Path) -> None:
+    """Remove a venv and its ``.envlock`` state, so the next apply starts from nothing."""
+    for suffix in ("", ".envlock"):
+        target = Path(f"{path}{suffix}")
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
 def payload_files(venv: Path) -> list[Path]:
     """The files capture hashes: every regular file outside __pycache__."""
     files = []
