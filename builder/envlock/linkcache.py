@@ -27,7 +27,6 @@ refusals for the tests.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import struct
@@ -37,6 +36,7 @@ from collections.abc import Callable
 from typing import IO
 
 from envlock.binary.elf import LinkFacts, SectionInfo
+from envlock.privatecache import NotPrivate, private_dir, read_private, write_private
 
 FORMAT = b"envlock-linkfacts 1\n"
 # A file changed less than this long ago may change again within the same ctime tick.
@@ -56,17 +56,6 @@ def _key(st: os.stat_result) -> list[int]:
 
 def _entry_path(root: str, st: os.stat_result) -> str:
     return os.path.join(root, f"{st.st_dev:x}-{st.st_ino:x}.facts")
-
-
-def _private_dir(root: str) -> bool:
-    """The cache directory exists, is a real directory, ours and private."""
-    try:
-        st = os.lstat(root)
-    except OSError:
-        return False
-    import stat as _stat
-
-    return _stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0
 
 
 def _encode(key: list[int], facts: LinkFacts) -> bytes:
@@ -164,28 +153,13 @@ def _decode(data: bytes, key: list[int]) -> LinkFacts:
 
 
 def _lookup(root: str, st: os.stat_result) -> LinkFacts | None:
-    path = _entry_path(root, st)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a symlink where an entry belongs
-            STATS["refused"] += 1
+        data = read_private(_entry_path(root, st))
+    except NotPrivate:
+        STATS["refused"] += 1
         return None
-    try:
-        entry = os.fstat(fd)
-        import stat as _stat
-
-        if not _stat.S_ISREG(entry.st_mode) or entry.st_uid != os.geteuid():
-            STATS["refused"] += 1
-            return None
-        with os.fdopen(fd, "rb") as stream:
-            fd = -1
-            data = stream.read()
-    except OSError:
+    if data is None:
         return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
     try:
         return _decode(data, _key(st))
     except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
@@ -194,20 +168,7 @@ def _lookup(root: str, st: os.stat_result) -> LinkFacts | None:
 
 
 def _store(root: str, st: os.stat_result, facts: LinkFacts) -> None:
-    from envlock.tmpname import private_sibling_path
-
-    try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        if not _private_dir(root):
-            return  # someone else's or shared: write nothing there
-        path = _entry_path(root, st)
-        tmp = private_sibling_path(path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(_encode(_key(st), facts))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written is only a slower next run
+    write_private(root, _entry_path(root, st), _encode(_key(st), facts))
 
 
 def cached_link_facts(stream: IO[bytes], read: Callable[[IO[bytes]], LinkFacts]) -> LinkFacts:
@@ -223,7 +184,7 @@ def cached_link_facts(stream: IO[bytes], read: Callable[[IO[bytes]], LinkFacts])
     except (OSError, AttributeError, ValueError):
         return read(stream)
     root = cache_root()
-    if _private_dir(root):
+    if private_dir(root):
         known = _lookup(root, before)
         if known is not None:
             STATS["hits"] += 1

@@ -18,10 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from typing import Any
 
-from envlock.tmpname import private_sibling_path
+from envlock.privatecache import NotPrivate, private_dir, read_private, write_private
 
 
 def _root() -> str:
@@ -33,22 +32,16 @@ def _entry(path: str) -> str:
     return os.path.join(_root(), hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:32] + ".json")
 
 
-def _private(st: os.stat_result, kind: int) -> bool:
-    return stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0
-
-
 def remembered(path: str, text: str) -> dict[str, Any] | None:
     """The tables last parsed from ``path`` when it held ``text``; None when there are none to trust."""
-    entry = _entry(path)
+    if not private_dir(_root()):
+        return None
     try:
-        if not _private(os.lstat(_root()), stat.S_IFDIR):
+        data = read_private(_entry(path))
+        if data is None:
             return None
-        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as stream:
-            if not _private(os.fstat(stream.fileno()), stat.S_IFREG):
-                return None
-            memo = json.loads(stream.read())
-    except (OSError, ValueError):
+        memo = json.loads(data)
+    except (NotPrivate, ValueError):
         return None
     digest = hashlib.sha256(text.encode()).hexdigest()
     if not isinstance(memo, dict) or memo.get("sha256") != digest or not isinstance(memo.get("tables"), dict):
@@ -65,15 +58,4 @@ def remember(path: str, text: str, tables: dict[str, Any]) -> None:
         return  # a date or time: not representable, parse it every time
     if json.loads(encoded)["tables"] != tables:
         return
-    root, entry = _root(), _entry(path)
-    try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        if not _private(os.lstat(root), stat.S_IFDIR):
-            return
-        tmp = private_sibling_path(entry)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(encoded)
-        os.replace(tmp, entry)
-    except OSError:
-        pass  # only a slower next run
+    write_private(_root(), _entry(path), encoded.encode("utf-8"))

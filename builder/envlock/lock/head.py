@@ -14,24 +14,22 @@ and check a lock (``lock/io.py``, ``lock/model.py``, ``lock/digest.py``):
 an envlock whose checks changed does not trust what an older one found.
 The memo sits in the user's own cache, beside the agent bundles envlock
 runs, so whoever could forge it could already change what envlock runs.
-That holds only while the cache is the user's: a memo is trusted when the
-file and its directory belong to the user and nobody else can write them
-(``XDG_CACHE_HOME`` pointing at a shared directory, a memo planted by
+That holds only while the cache is the user's: a memo is trusted when its
+directory is the user's and private and the file is the user's and nobody
+else can write it (``envlock.privatecache``, the rule of every per-user
+memo; ``XDG_CACHE_HOME`` pointing at a shared directory, a memo planted by
 another user, a symlink: parsed in full instead, and not written there).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.tmpname import create_exclusive, private_sibling
+from envlock.privatecache import UNWRITABLE_BY_OTHERS, NotPrivate, private_dir, read_private, write_private
 
 if TYPE_CHECKING:  # not imported on a memo hit: the model's classes cost more than the lookup
     from envlock.lock.model import Lock
@@ -62,31 +60,16 @@ def content_key(data: bytes) -> str:
     return digest.hexdigest()
 
 
-def _private(st: os.stat_result) -> bool:
-    """Owned by this user, writable by nobody else."""
-    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _private_dir(memo_dir: Path) -> bool:
-    try:
-        st = os.lstat(memo_dir)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and _private(st)
-
-
 def recall(memo_dir: Path, key: str) -> LockHead | None:
     """The remembered facts of the lock whose bytes have ``key``; None when unknown or unreadable,
     or when the memo or its directory is not this user's alone (see the module docstring)."""
+    if not private_dir(memo_dir):
+        return None
     try:
-        if not _private_dir(memo_dir):
+        raw = read_private(memo_dir / f"{key}.json", mask=UNWRITABLE_BY_OTHERS)
+        if raw is None:
             return None
-        fd = os.open(memo_dir / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as stream:
-            st = os.fstat(stream.fileno())
-            if not stat.S_ISREG(st.st_mode) or not _private(st):
-                return None
-            data = json.load(stream)
+        data = json.loads(raw)
         pyvenv = data["pyvenv"]
         if not isinstance(pyvenv, dict) or not all(isinstance(v, str) for v in pyvenv.values()):
             return None
@@ -94,23 +77,12 @@ def recall(memo_dir: Path, key: str) -> LockHead | None:
         if not all(isinstance(fact, str) for fact in facts) or not data["digest"].startswith("sha256:"):
             return None  # not what remember() writes: unknown, parsed again
         head = LockHead(data["digest"], data["python"], pyvenv, data["role"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (NotPrivate, ValueError, KeyError, TypeError):
         return None
     return head
 
 
 def remember(memo_dir: Path, key: str, head: LockHead) -> None:
     """Best effort: a memo that cannot be written costs the next run a parse, nothing else."""
-    path = memo_dir / f"{key}.json"
-    tmp = private_sibling(path)
-    try:
-        memo_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private_dir(memo_dir):
-            return  # another user's or a shared directory: recall would not trust it either
-        facts = {"digest": head.digest, "python": head.python, "pyvenv": head.pyvenv, "role": head.role}
-        with create_exclusive(tmp) as out:
-            out.write(json.dumps(facts).encode())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    facts = {"digest": head.digest, "python": head.python, "pyvenv": head.pyvenv, "role": head.role}
+    write_private(memo_dir, memo_dir / f"{key}.json", json.dumps(facts).encode())
