@@ -578,29 +578,43 @@ class _HostileIndex(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("listed", ["file:///etc/passwd", "ftp://127.0.0.1/x.whl", "javascript:alert(1)"])
-def test_publish_refuses_an_index_that_lists_a_url_no_host_can_fetch(tmp_path: Path, listed: str) -> None:
-    """The index's answer goes into the lock: a file:// URL there made the rewritten lock
-    unreadable (a published wheel must come from an http(s) URL)."""
+def _one_package_lock(tmp_path: Path) -> tuple[Path, str]:
+    """Host h1 and its lock holding one repacked wheel, ``NAME``: the lock's path and the
+    wheel's sha256."""
     from envlock.lock.digest import lock_digest
     from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
 
     write_profile(tmp_path, "h1", tmp_path / "venv", None)
     packages = [pkg("alpha", "1.0", source="repacked", filename=NAME)]
     lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
-    lock_path = write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
-    before = lock_path.read_bytes()
-    _HostileIndex.listed_url, _HostileIndex.sha256 = listed, packages[0].wheel.sha256
+    path = write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
+    return path, packages[0].wheel.sha256
+
+
+def _publish_to_hostile_index(
+    tmp_path: Path, listed_url: str, sha256: str
+) -> subprocess.CompletedProcess[str]:
+    """``envlock publish h1`` against ``_HostileIndex`` listing the wheel at ``listed_url``."""
+    _HostileIndex.listed_url, _HostileIndex.sha256 = listed_url, sha256
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileIndex)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        proc = run_envlock(
+        return run_envlock(
             tmp_path, "publish", "h1", "--index", base + "/upload/", "--check-url", base + "/simple/"
         )
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("listed", ["file:///etc/passwd", "ftp://127.0.0.1/x.whl", "javascript:alert(1)"])
+def test_publish_refuses_an_index_that_lists_a_url_no_host_can_fetch(tmp_path: Path, listed: str) -> None:
+    """The index's answer goes into the lock: a file:// URL there made the rewritten lock
+    unreadable (a published wheel must come from an http(s) URL)."""
+    lock_path, sha256 = _one_package_lock(tmp_path)
+    before = lock_path.read_bytes()
+    proc = _publish_to_hostile_index(tmp_path, listed, sha256)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not an http(s) URL a host can fetch" in proc.stderr, proc.stderr
     assert lock_path.read_bytes() == before
@@ -611,24 +625,8 @@ def test_publish_stops_hashing_an_endless_file_the_index_lists_without_a_sha256(
 ) -> None:
     """The page gives no sha256, so publish downloads the file to hash it: a server streaming
     without end is cut one byte past the lock's size."""
-    from envlock.lock.digest import lock_digest
-    from lockfactory import make_lock, rows_for, with_manifest, write_lock_files
-
-    write_profile(tmp_path, "h1", tmp_path / "venv", None)
-    packages = [pkg("alpha", "1.0", source="repacked", filename=NAME)]
-    lock, manifest = with_manifest(make_lock("h1", packages), rows_for(packages))
-    write_lock_files(tmp_path / "locks", replace(lock, digest=lock_digest(lock)), manifest)
-    _HostileIndex.listed_url, _HostileIndex.sha256 = endless + NAME, ""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileIndex)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        proc = run_envlock(
-            tmp_path, "publish", "h1", "--index", base + "/upload/", "--check-url", base + "/simple/"
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    _one_package_lock(tmp_path)
+    proc = _publish_to_hostile_index(tmp_path, endless + NAME, "")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "serves more than the lock's 1000 bytes" in proc.stderr, proc.stderr
     assert _Endless.sent < _Endless.BOUND
