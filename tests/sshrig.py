@@ -147,7 +147,10 @@ class SshRig:
         killed = 0
         for pid, comm in descendants(main):
             if comm.startswith("sshd"):
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue  # the connection ended between the listing and the kill
                 killed += 1
         return killed
 
